@@ -1,0 +1,41 @@
+# Clavis top-level Makefile: `make demo` and `make test` are the two user commands.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint typecheck unit bench-solver schemas clean
+
+$(STAMP): solver/requirements.lock solver/pyproject.toml deploy/bootstrap/python.sh
+	bash deploy/bootstrap/python.sh
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check --require-hashes -r solver/requirements.lock
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e solver
+	touch $@
+
+demo: $(STAMP)
+	$(VENV)/bin/clavis solve --cluster examples/parapluie/cluster.yaml \
+	    --workload examples/parapluie/workload.yaml \
+	    --weights 0.15,1.94,0.68 --time-limit 10 --method cpsat \
+	    --out $${CLAVIS_DEMO_OUT:-/tmp/clavis-demo-placement.json}
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy solver/clavis bench
+
+unit: $(STAMP)
+	$(VENV)/bin/pytest -q
+
+test: lint typecheck unit
+
+bench-solver: $(STAMP)
+	$(PY) bench/solver/run.py
+
+schemas: $(STAMP)
+	$(VENV)/bin/clavis schema --write docs/schema
+
+clean:
+	rm -rf $(VENV)
