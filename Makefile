@@ -24,7 +24,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 
 typecheck: $(STAMP)
-	$(VENV)/bin/mypy solver/clavis bench
+	$(VENV)/bin/mypy -p clavis
 
 unit: $(STAMP)
 	$(VENV)/bin/pytest -q

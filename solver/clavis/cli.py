@@ -1,0 +1,189 @@
+"""`clavis`: solve, evaluate and describe placements from the command line.
+
+Exit codes: 0 success, 1 no placement found, 2 bad input (nothing written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from clavis.documents import (
+    InputError,
+    load_cluster,
+    load_placement,
+    load_workload,
+    read_data,
+    write_json_atomic,
+)
+from clavis.instance import Instance, build_instance
+from clavis.model import Cluster, Placement, Workload
+from clavis.objectives import Weights, bounds, score, violations
+from clavis.placement import METHODS, Progress, SolveOptions, place
+from clavis.placement.exact import TooLargeError
+from clavis.report import host_table, score_table, solution_document, summary
+from pydantic import BaseModel
+
+EXIT_OK, EXIT_NO_SOLUTION, EXIT_BAD_INPUT = 0, 1, 2
+
+
+def _weights(args: argparse.Namespace) -> Weights:
+    if args.weights_file is not None:
+        data = read_data(Path(args.weights_file))
+        try:
+            w = data.get("weights", data)
+            return Weights(w["P"], w["D"], w["C"], w.get("M", 0.0)).scaled()
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InputError(
+                f"{args.weights_file}: expected non-negative weights P, D, C[, M]: {exc}"
+            ) from exc
+    try:
+        return Weights.parse(args.weights)
+    except ValueError as exc:
+        raise InputError(f"--weights: {exc}") from exc
+
+
+def _instance(args: argparse.Namespace) -> Instance:
+    cluster = load_cluster(Path(args.cluster))
+    workload = load_workload(Path(args.workload))
+    current = load_placement(Path(args.current)) if args.current else None
+    return build_instance(cluster, workload, current, current_source=str(args.current))
+
+
+class _Ticker:
+    """Progress on stderr: improvements, at most one line per second."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.last = -1.0
+
+    def __call__(self, p: Progress) -> None:
+        now = time.monotonic()
+        if not self.enabled or now - self.last < 1.0:
+            return
+        self.last = now
+        bound = "" if p.bound is None else f"  bound {p.bound:.6f}"
+        print(f"  {p.seconds:7.2f} s  F {p.F:.6f}{bound}", file=sys.stderr, flush=True)
+
+
+def cmd_solve(args: argparse.Namespace) -> int:
+    inst = _instance(args)
+    weights = _weights(args)
+    if args.time_limit <= 0:
+        raise InputError(f"--time-limit must be positive, got {args.time_limit}")
+    out = Path(args.out) if args.out else None
+    if out is not None and not out.resolve().parent.is_dir():
+        raise InputError(f"--out: directory {out.resolve().parent} does not exist")
+    hint = tuple(h for h in inst.current if h is not None) if inst.has_current else None
+    if hint is not None and len(hint) != len(inst.containers):
+        hint = None  # a partial current placement cannot seed every variable
+    options = SolveOptions(
+        time_limit=args.time_limit,
+        seed=args.seed,
+        workers=args.workers,
+        hint=hint,
+        on_progress=_Ticker(not args.quiet),
+    )
+    if not args.quiet:
+        print(f"solving with {args.method}, time limit {args.time_limit:g} s", file=sys.stderr)
+    try:
+        result = place(args.method, inst, weights, options)
+    except TooLargeError as exc:
+        raise InputError(str(exc)) from exc
+    print(summary(result))
+    if result.assignment is None or result.score is None:
+        return EXIT_NO_SOLUTION
+    print(host_table(inst, result.assignment))
+    print(score_table(result.score, weights))
+    if out is not None:
+        doc = solution_document(inst, result, weights, bounds(inst), options)
+        write_json_atomic(out, doc.model_dump(mode="json", by_alias=True))
+        print(f"wrote {out}")
+    return EXIT_OK
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    inst = _instance(args)
+    weights = _weights(args)
+    placement = load_placement(Path(args.placement))
+    assignment = inst.assignment_of(placement, args.placement)
+    problems = violations(inst, assignment)
+    if problems:
+        raise InputError(f"{args.placement}: {'; '.join(problems)}")
+    s = score(inst, assignment, weights)
+    print(host_table(inst, assignment))
+    print(score_table(s, weights))
+    print(f"F = {s.F:.6f}")
+    return EXIT_OK
+
+
+SCHEMAS: dict[str, type[BaseModel]] = {
+    "cluster": Cluster,
+    "workload": Workload,
+    "placement": Placement,
+}
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    docs = {k: m.model_json_schema(by_alias=True) for k, m in SCHEMAS.items()}
+    if args.write is None:
+        print(json.dumps(docs[args.kind] if args.kind else docs, indent=2))
+        return EXIT_OK
+    target = Path(args.write)
+    target.mkdir(parents=True, exist_ok=True)
+    for kind, schema in docs.items():
+        write_json_atomic(target / f"{kind}.schema.json", schema)
+    return EXIT_OK
+
+
+def _problem_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cluster", required=True, help="cluster file (JSON or YAML)")
+    p.add_argument("--workload", required=True, help="workload file (JSON or YAML)")
+    p.add_argument("--current", help="current placement; enables the migration objective M")
+    w = p.add_mutually_exclusive_group(required=True)
+    w.add_argument("--weights", help="a,b,c[,m]: weights of P, D, C[, M]; scaled to sum 1")
+    w.add_argument("--weights-file", help="weights JSON written by `clavis calibrate`")
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="clavis", description=__doc__)
+    sub = top.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("solve", help="find a placement minimising F")
+    _problem_args(s)
+    s.add_argument("--method", choices=list(METHODS), default="cpsat")
+    s.add_argument("--time-limit", type=float, default=60.0, help="seconds (default 60)")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--workers", type=int, default=0, help="solver threads; 0 = all cores")
+    s.add_argument("--out", help="write the placement and its score here (JSON)")
+    s.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    s.set_defaults(func=cmd_solve)
+
+    e = sub.add_parser("evaluate", help="score a given placement")
+    _problem_args(e)
+    e.add_argument("--placement", required=True)
+    e.set_defaults(func=cmd_evaluate)
+
+    c = sub.add_parser("schema", help="print or write the JSON Schemas of the input files")
+    c.add_argument("kind", nargs="?", choices=list(SCHEMAS))
+    c.add_argument("--write", metavar="DIR", help="write <kind>.schema.json files into DIR")
+    c.set_defaults(func=cmd_schema)
+    return top
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except InputError as exc:
+        print(f"clavis: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
