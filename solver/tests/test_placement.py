@@ -1,0 +1,172 @@
+"""Placement methods: optimality against exact enumeration, symmetry, warm start, baselines."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+from clavis.documents import load_cluster, load_workload
+from clavis.instance import build_instance
+from clavis.model import Placement
+from clavis.objectives import Weights, evaluate, score, violations
+from clavis.placement import SolveOptions, place
+from clavis.placement.cpsat import build_model, canonical, decode
+from clavis.placement.exact import TooLargeError, feasible_assignments
+from clavis.placement.symmetry import container_groups, host_types
+from clavis.synthetic import small_instance, table53_instance
+from conftest import container, host, instance
+
+OPTS = SolveOptions(time_limit=20, seed=1, workers=2)
+
+
+def _weights(rng: random.Random) -> Weights:
+    return Weights(*(float(rng.randint(0, 10)) for _ in range(3)), float(rng.randint(0, 3))
+                   ) if rng.random() < 0.9 else Weights(1, 1, 1, 1)  # fmt: skip
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_cpsat_and_plain_match_exact_enumeration(seed: int) -> None:
+    rng = random.Random(seed)
+    cluster, workload, current = small_instance(rng)
+    inst = build_instance(cluster, workload, Placement(assignment=current) if current else None)
+    try:
+        w = _weights(rng).scaled()
+    except ValueError:
+        w = Weights(1, 1, 1)
+    oracle = place("exact", inst, w, OPTS)
+    for method in ("cpsat", "plain"):
+        got = place(method, inst, w, OPTS)
+        if oracle.status == "INFEASIBLE":
+            assert got.status == "INFEASIBLE"
+            continue
+        assert got.status == "OPTIMAL", method
+        assert got.assignment is not None and got.score is not None and oracle.score is not None
+        assert violations(inst, got.assignment) == []
+        assert pytest.approx(oracle.score.F, abs=1e-6) == got.score.F, method
+        # The proven bound is the model's F at the optimum: the model and evaluator agree.
+        assert got.bound == pytest.approx(got.score.F, abs=1e-6)
+        assert got.gap == pytest.approx(0.0, abs=1e-6)
+
+
+def test_all_to_all_job_is_one_group_and_ring_is_singletons() -> None:
+    names = [f"a{i}" for i in range(4)]
+    a2a = [{"src": x, "dst": y, "bytes_per_s": 5.0} for x in names for y in names if x != y]
+    ring = [{"src": names[i], "dst": names[(i + 1) % 4], "bytes_per_s": 5.0} for i in range(4)]
+    mixed = [container("d0", mpki=9), container("d1", mpki=9), container("t0"), container("t1")]
+    for traffic, sizes in [(a2a, [4]), (ring, [1, 1, 1, 1]), ([], [4])]:
+        inst = instance([host("h")] * 1, [{"name": "j", "containers": [container(n) for n in names],
+                                             "traffic": traffic}])  # fmt: skip
+        assert sorted(g.size for g in container_groups(inst)) == sizes
+    inst = instance([host("h")], [{"name": "j", "containers": mixed}])
+    groups = container_groups(inst)
+    assert sorted((g.devil, g.size) for g in groups) == [(False, 2), (True, 2)]
+    assert [g.size for g in container_groups(inst, aggregate=False)] == [1, 1, 1, 1]
+
+
+def test_host_types_split_by_rack_spec_and_current_residents() -> None:
+    hosts = [host("a", "r1"), host("b", "r1"), host("c", "r1"), host("d", "r2"),
+             host("e", "r1", cores=4)]  # fmt: skip
+    jobs = [{"name": "j", "containers": [container("x")]}]
+    assert sorted(map(sorted, host_types(instance(hosts, jobs), []))) == [[0, 1, 2], [3], [4]]
+    inst = instance(hosts, jobs, current={"x": "b"})
+    types = host_types(inst, container_groups(inst))
+    assert sorted(map(sorted, types)) == [[0, 2], [1], [3], [4]]
+
+
+def test_symmetric_model_has_far_fewer_decisions_than_plain() -> None:
+    cluster, workload = table53_instance(seed=4, jobs=4, max_containers=12)
+    inst = build_instance(cluster, workload)
+    w = Weights(1, 1, 1)
+    _, sym = build_model(inst, w, symmetric=True)
+    _, plain = build_model(inst, w, symmetric=False)
+    assert len(sym.groups) <= 2 * len(inst.jobs)
+    assert len(plain.y) == len(inst.containers) * len(inst.hosts)
+    assert len(sym.y) * 3 < len(plain.y)
+
+
+def test_heavy_migration_weight_keeps_the_current_placement() -> None:
+    rng = random.Random(7)
+    hosts = [host(f"h{i}", f"r{i % 2}") for i in range(4)]
+    jobs = [{"name": f"j{k}", "containers": [container(f"j{k}c{i}", mpki=rng.choice([1, 9]))
+                                             for i in range(2)]} for k in range(4)]  # fmt: skip
+    current = {f"j{k}c{i}": f"h{(k + i) % 4}" for k in range(4) for i in range(2)}
+    inst = instance(hosts, jobs, current=current)
+    stay = place("cpsat", inst, Weights(0.001, 0.001, 0.001, 1).scaled(), OPTS)
+    assert stay.score is not None and stay.score.raw.M == 0
+    moved = place("cpsat", inst, Weights(1, 0, 0, 0), OPTS)
+    assert moved.score is not None and moved.score.raw.M > 0  # packing needs moves
+    assert moved.score.raw.P < stay.score.raw.P
+
+
+def test_decode_keeps_group_members_where_they_are() -> None:
+    hosts = [host("h0"), host("h1")]
+    jobs = [{"name": "j", "containers": [container(f"c{i}") for i in range(3)]}]
+    inst = instance(hosts, jobs, current={"c0": "h1", "c1": "h0", "c2": "h1"})
+    _, v = build_model(inst, Weights(1, 1, 1))
+    assert len(v.groups) == 1
+    a = decode(inst, v, {(0, 0): 1, (0, 1): 2})
+    assert a == (1, 0, 1)
+    assert evaluate(inst, a).M == 0
+
+
+def test_canonical_hint_is_an_equivalent_relabelling() -> None:
+    hosts = [host(f"h{i}") for i in range(3)]
+    jobs = [{"name": "j", "containers": [container("a", 6), container("b", 2), container("c", 2)]}]
+    inst = instance(hosts, jobs)
+    groups = container_groups(inst)
+    a = (2, 0, 0)
+    c = canonical(inst, groups, a)
+    loads = [sum(inst.containers[i].cores for i, h in enumerate(c) if h == k) for k in range(3)]
+    assert loads == sorted(loads, reverse=True)
+    w = Weights(1, 1, 1)
+    assert pytest.approx(score(inst, a, w).F) == score(inst, c, w).F
+
+
+def test_corerr_packs_and_noderr_spreads(examples: Path) -> None:
+    inst = build_instance(load_cluster(examples / "parapluie/cluster.yaml"),
+                          load_workload(examples / "parapluie/workload.yaml"))  # fmt: skip
+    w = Weights(1, 1, 1)
+    core = place("corerr", inst, w, OPTS)
+    node = place("noderr", inst, w, OPTS)
+    assert core.assignment is not None and node.assignment is not None
+    assert core.assignment[:4] == (0, 0, 1, 1)  # block: two 12-core containers per host
+    assert node.assignment[:4] == (0, 1, 2, 3)  # half of each host first
+    for r in (core, node):
+        assert r.assignment is not None and violations(inst, r.assignment) == []
+
+
+def test_random_search_is_seeded_and_feasible() -> None:
+    rng = random.Random(3)
+    cluster, workload, _ = small_instance(rng)
+    inst = build_instance(cluster, workload)
+    w = Weights(1, 1, 1)
+    r = place("random", inst, w, SolveOptions(time_limit=0.2, seed=5))
+    if r.assignment is not None:
+        assert violations(inst, r.assignment) == []
+        assert [p.F for p in r.trajectory] == sorted((p.F for p in r.trajectory), reverse=True)
+
+
+def test_infeasible_is_a_status_not_an_exception() -> None:
+    inst = instance(
+        [host("h", cores=4, domains=1)],
+        [{"name": "j", "containers": [container("a", 3), container("b", 3)]}],
+    )
+    for method in ("cpsat", "plain", "exact", "corerr", "noderr"):
+        r = place(method, inst, Weights(1, 1, 1), OPTS)
+        assert r.status == "INFEASIBLE" and r.assignment is None, method
+
+
+def test_exact_refuses_large_instances() -> None:
+    inst = instance(
+        [host(f"h{i}") for i in range(10)],
+        [{"name": "j", "containers": [container(f"c{i}", 1) for i in range(10)]}],
+    )
+    with pytest.raises(TooLargeError, match="above the exact limit"):
+        feasible_assignments(inst)
+
+
+def test_unknown_method() -> None:
+    inst = instance([host("h")], [{"name": "j", "containers": [container("a")]}])
+    with pytest.raises(ValueError, match="unknown method 'magic'"):
+        place("magic", inst, Weights(1, 1, 1), OPTS)
