@@ -24,7 +24,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 
 typecheck: $(STAMP)
-	$(VENV)/bin/mypy -p clavis
+	$(VENV)/bin/mypy solver/clavis bench/solver/run.py
 
 unit: $(STAMP)
 	$(VENV)/bin/pytest -q

@@ -12,6 +12,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from pydantic import BaseModel
+
 from clavis.documents import (
     InputError,
     load_cluster,
@@ -26,7 +28,6 @@ from clavis.objectives import Weights, bounds, score, violations
 from clavis.placement import METHODS, Progress, SolveOptions, place
 from clavis.placement.exact import TooLargeError
 from clavis.report import host_table, score_table, solution_document, summary
-from pydantic import BaseModel
 
 EXIT_OK, EXIT_NO_SOLUTION, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -36,7 +37,7 @@ def _weights(args: argparse.Namespace) -> Weights:
         data = read_data(Path(args.weights_file))
         try:
             w = data.get("weights", data)
-            return Weights(w["P"], w["D"], w["C"], w.get("M", 0.0)).scaled()
+            return Weights(w["P"], w["D"], w["C"], w.get("M", 0.0))
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError(
                 f"{args.weights_file}: expected non-negative weights P, D, C[, M]: {exc}"

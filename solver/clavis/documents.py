@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
-from clavis.model import Cluster, Placement, Workload
 from pydantic import BaseModel, ValidationError
+
+from clavis.model import Cluster, Placement, Workload
 
 Doc = TypeVar("Doc", bound=BaseModel)
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
+
 from clavis.instance import Assignment, Instance
 
 OBJECTIVES = ("P", "D", "C", "M")
@@ -41,7 +42,7 @@ class Objectives:
 
 @dataclass(frozen=True)
 class Weights:
-    """Relative weights a, b, c, m of F = a*P_n + b*D_n + c*C_n + m*M_n, scaled to sum 1."""
+    """Weights a, b, c, m of F = a*P_n + b*D_n + c*C_n + m*M_n; stored scaled to sum 1."""
 
     P: float
     D: float
@@ -52,15 +53,15 @@ class Weights:
         vals = self.as_tuple()
         if any(not np.isfinite(v) or v < 0 for v in vals):
             raise ValueError(f"weights must be finite and non-negative, got {vals}")
-        if sum(vals) <= 0:
+        total = sum(vals)
+        if total <= 0:
             raise ValueError("at least one weight must be positive")
+        # Only ratios matter (thesis §5.5.1): store them scaled to sum 1.
+        for name, v in zip(OBJECTIVES, vals, strict=True):
+            object.__setattr__(self, name, v / total)
 
     def as_tuple(self) -> tuple[float, float, float, float]:
         return (self.P, self.D, self.C, self.M)
-
-    def scaled(self) -> Weights:
-        total = sum(self.as_tuple())
-        return Weights(*(v / total for v in self.as_tuple()))
 
     @staticmethod
     def parse(text: str) -> Weights:
@@ -71,7 +72,7 @@ class Weights:
             vals = [float(p) for p in parts]
         except ValueError as exc:
             raise ValueError(f"weights must be numbers, got {text!r}") from exc
-        return Weights(*vals).scaled()
+        return Weights(*vals)
 
 
 @dataclass(frozen=True)

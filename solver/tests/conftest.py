@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from clavis.instance import Instance, build_instance
 from clavis.model import Cluster, Placement, Workload
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from clavis.cli import main
 
 EX = Path(__file__).resolve().parents[2] / "examples" / "worked"

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from clavis.cli import SCHEMAS, main
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,10 +7,11 @@ import math
 from pathlib import Path
 
 import pytest
+from conftest import container, host, instance
+
 from clavis.documents import load_cluster, load_placement, load_workload
 from clavis.instance import build_instance
 from clavis.objectives import Weights, bounds, evaluate, score, violations
-from conftest import container, host, instance
 
 
 def test_worked_example(examples: Path) -> None:

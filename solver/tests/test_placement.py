@@ -6,6 +6,8 @@ import random
 from pathlib import Path
 
 import pytest
+from conftest import container, host, instance
+
 from clavis.documents import load_cluster, load_workload
 from clavis.instance import build_instance
 from clavis.model import Placement
@@ -15,7 +17,6 @@ from clavis.placement.cpsat import build_model, canonical, decode
 from clavis.placement.exact import TooLargeError, feasible_assignments
 from clavis.placement.symmetry import container_groups, host_types
 from clavis.synthetic import small_instance, table53_instance
-from conftest import container, host, instance
 
 OPTS = SolveOptions(time_limit=20, seed=1, workers=2)
 
@@ -31,7 +32,7 @@ def test_cpsat_and_plain_match_exact_enumeration(seed: int) -> None:
     cluster, workload, current = small_instance(rng)
     inst = build_instance(cluster, workload, Placement(assignment=current) if current else None)
     try:
-        w = _weights(rng).scaled()
+        w = _weights(rng)
     except ValueError:
         w = Weights(1, 1, 1)
     oracle = place("exact", inst, w, OPTS)
@@ -92,7 +93,7 @@ def test_heavy_migration_weight_keeps_the_current_placement() -> None:
                                              for i in range(2)]} for k in range(4)]  # fmt: skip
     current = {f"j{k}c{i}": f"h{(k + i) % 4}" for k in range(4) for i in range(2)}
     inst = instance(hosts, jobs, current=current)
-    stay = place("cpsat", inst, Weights(0.001, 0.001, 0.001, 1).scaled(), OPTS)
+    stay = place("cpsat", inst, Weights(0.001, 0.001, 0.001, 1), OPTS)
     assert stay.score is not None and stay.score.raw.M == 0
     moved = place("cpsat", inst, Weights(1, 0, 0, 0), OPTS)
     assert moved.score is not None and moved.score.raw.M > 0  # packing needs moves

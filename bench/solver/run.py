@@ -1,0 +1,238 @@
+"""Solver benchmark in the manner of thesis Table 5.3 (§5.5.3).
+
+Instances: 8 jobs of up to N containers each (12 cores, Parapluie-like 24-core hosts in
+4 LLC domains, 32 hosts per rack), as many hosts as containers; intensities and traffic
+from the SPEC MPI2007 / HEP-like profiles of ``clavis.synthetic``; weights drawn from
+{1..10}^3. Every method runs on every (instance, weights) case at each time budget.
+
+Reported per method and budget: F relative to the best F any run found for the case
+(the thesis's "weighted sum relative to best"), the gap to the method's own proven bound
+and to the best bound any run proved, and the time to come within 1% of the best F.
+
+    python bench/solver/run.py [--sizes 16,64,128] [--budgets 1,10,60] [--cases 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+from importlib.metadata import version
+from pathlib import Path
+
+from clavis.instance import build_instance
+from clavis.objectives import Weights
+from clavis.placement import SolveOptions, place
+from clavis.synthetic import table53_instance
+
+ROOT = Path(__file__).resolve().parents[2]
+SEARCHING = ("cpsat", "plain", "random")  # methods whose answer depends on the budget
+CONSTRUCTIVE = ("corerr", "noderr")
+START, END = "<!-- solver-bench:start -->", "<!-- solver-bench:end -->"
+
+
+@dataclass
+class Run:
+    size: int
+    case: int
+    containers: int
+    hosts: int
+    weights: tuple[float, float, float]
+    method: str
+    budget: float
+    status: str
+    F: float | None
+    bound: float | None
+    seconds: float
+    trajectory: list[tuple[float, float]]
+
+
+def machine() -> dict[str, object]:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem_kib = 0
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                mem_kib = int(line.split()[1])
+    except OSError:
+        pass
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_gib": round(mem_kib / 2**20, 1),
+        "python": platform.python_version(),
+        "ortools": version("ortools"),
+        "kernel": platform.release(),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
+
+
+def run_all(sizes: list[int], budgets: list[float], cases: int, seed: int) -> list[Run]:
+    rng = random.Random(seed)
+    runs: list[Run] = []
+    for size in sizes:
+        for case in range(cases):
+            cluster, workload = table53_instance(seed=seed * 1000 + size * 10 + case,
+                                                 max_containers=size)  # fmt: skip
+            inst = build_instance(cluster, workload)
+            raw = (rng.randint(1, 10), rng.randint(1, 10), rng.randint(1, 10))
+            w = Weights(*map(float, raw))
+            plan = [(m, 0.0) for m in CONSTRUCTIVE] + [(m, b) for b in budgets for m in SEARCHING]
+            for method, budget in plan:
+                opts = SolveOptions(time_limit=budget or 1.0, seed=case)
+                r = place(method, inst, w, opts)
+                runs.append(Run(
+                    size=size, case=case, containers=len(inst.containers),
+                    hosts=len(inst.hosts), weights=(raw[0], raw[1], raw[2]), method=method,
+                    budget=budget, status=r.status, F=r.score.F if r.score else None,
+                    bound=r.bound, seconds=round(r.seconds, 3),
+                    trajectory=[(round(p.seconds, 3), p.F) for p in r.trajectory],
+                ))  # fmt: skip
+                f = "-" if r.score is None else f"{r.score.F:.5f}"
+                line = f"size {size} case {case} {method:7s} budget {budget:>4g}s"
+                print(f"{line}  {r.status:9s} F {f}  {r.seconds:.1f}s", file=sys.stderr, flush=True)
+    return runs
+
+
+def summarise(runs: list[Run]) -> list[dict[str, object]]:
+    best: dict[tuple[int, int], float] = {}
+    best_bound: dict[tuple[int, int], float] = {}
+    for r in runs:
+        key = (r.size, r.case)
+        if r.F is not None:
+            best[key] = min(best.get(key, float("inf")), r.F)
+        if r.bound is not None:
+            best_bound[key] = max(best_bound.get(key, 0.0), r.bound)
+    rows = []
+    groups: dict[tuple[int, str, float], list[Run]] = {}
+    for r in runs:
+        groups.setdefault((r.size, r.method, r.budget), []).append(r)
+    for (size, method, budget), rs in sorted(groups.items()):
+        ratios, gaps, proven, reach = [], [], [], []
+        for r in rs:
+            key = (r.size, r.case)
+            if r.F is None:
+                continue
+            ratios.append(r.F / best[key] if best[key] > 0 else 1.0)
+            if r.bound is not None and r.F > 0:
+                gaps.append(max(0.0, r.F - r.bound) / r.F)
+            if key in best_bound and r.F > 0:
+                proven.append(max(0.0, r.F - best_bound[key]) / r.F)
+            target = best[key] * 1.01 + 1e-12
+            hit = next((t for t, f in r.trajectory if f <= target), None)
+            reach.append(hit)
+        reached = [t for t in reach if t is not None]
+        rows.append({
+            "size": size,
+            "containers": statistics.median(r.containers for r in rs),
+            "method": method,
+            "budget_s": budget,
+            "cases": len(rs),
+            "solved": len(ratios),
+            "F_rel_best_median": statistics.median(ratios) if ratios else None,
+            "own_gap_median": statistics.median(gaps) if gaps else None,
+            "gap_to_best_bound_median": statistics.median(proven) if proven else None,
+            "within_1pct": f"{len(reached)}/{len(rs)}",
+            "time_to_1pct_median_s": statistics.median(reached) if reached else None,
+        })  # fmt: skip
+    return rows
+
+
+def _cell(v: object, pct: bool = False) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return f"{100 * v:.1f}%" if pct else f"{v:.3g}"
+    return str(v)
+
+
+def markdown(
+    rows: list[dict[str, object]], info: dict[str, object], args: argparse.Namespace
+) -> str:
+    head = [
+        START,
+        "## Solver (thesis Table 5.3 method)",
+        "",
+        f"Machine: {info['cpu']}, {info['cores']} cores, {info['memory_gib']} GiB, Python "
+        f"{info['python']}, OR-Tools {info['ortools']}, {info['date']}. "
+        f"Command: `python bench/solver/run.py --sizes {args.sizes} --budgets {args.budgets} "
+        f"--cases {args.cases} --seed {args.seed}`; raw runs in `bench/results/solver.json`.",
+        "",
+        "Per case: 8 jobs of up to *size* containers (12 cores each), as many 24-core hosts as "
+        "containers, weights drawn from {1..10}^3. *F/best*: median of F over the best F any "
+        "method found for the case (1 = best). *own gap*: (F − own proven bound)/F. *gap to "
+        "best bound*: against the best bound any run proved. *≤1%*: runs that came within 1% "
+        "of the best F, and the median time they took. CoreRR/NodeRR do not search: one run.",
+        "",
+        "| size | containers | method | budget s | F/best | own gap | gap to best bound "
+        "| ≤1% | time to ≤1% s |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        head.append(
+            f"| {r['size']} | {_cell(r['containers'])} | {r['method']} | "
+            f"{_cell(r['budget_s']) if r['budget_s'] else '–'} | "
+            f"{_cell(r['F_rel_best_median'])} | {_cell(r['own_gap_median'], True)} | "
+            f"{_cell(r['gap_to_best_bound_median'], True)} | {r['within_1pct']} | "
+            f"{_cell(r['time_to_1pct_median_s'])} |"
+        )
+    head.append(END)
+    return "\n".join(head)
+
+
+def write_markdown(path: Path, section: str) -> None:
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    if START in text and END in text:
+        before, rest = text.split(START, 1)
+        after = rest.split(END, 1)[1]
+        text = before + section + after
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--sizes", default="16,64,128", help="max containers per job, comma list")
+    ap.add_argument("--budgets", default="1,10,60", help="time budgets in seconds")
+    ap.add_argument("--cases", type=int, default=2, help="instances (with weights) per size")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--out", default=str(ROOT / "bench/results/solver.json"))
+    ap.add_argument("--md", default=str(ROOT / "docs/benchmarks.md"))
+    args = ap.parse_args()
+    sizes = [int(x) for x in args.sizes.split(",")]
+    budgets = [float(x) for x in args.budgets.split(",")]
+    if any(s < 1 or s > 128 for s in sizes) or any(b <= 0 for b in budgets) or args.cases < 1:
+        print("bench: sizes must be in 1..128, budgets positive, cases >= 1", file=sys.stderr)
+        return 2
+    info = machine()
+    runs = run_all(sizes, budgets, args.cases, args.seed)
+    rows = summarise(runs)
+    payload = {"machine": info, "config": vars(args), "summary": rows,
+               "runs": [asdict(r) for r in runs]}  # fmt: skip
+    out = Path(args.out)
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(payload, indent=1) + "\n")
+    tmp.replace(out)
+    write_markdown(Path(args.md), markdown(rows, info, args))
+    print(markdown(rows, info, args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
