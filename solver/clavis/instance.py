@@ -26,6 +26,7 @@ class HostSpec:
     idle_w: float
     slope_w: float  # watts per busy core
     empty_w: float  # watts when no container runs on it
+    state: str = "up"  # up | drain | down (model.HostState)
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,11 @@ class Instance:
     @property
     def has_current(self) -> bool:
         return any(h is not None for h in self.current)
+
+    def allowed(self, ci: int, hi: int) -> bool:
+        """May container ``ci`` run on host ``hi``? Drained hosts keep only their own."""
+        state = self.hosts[hi].state
+        return state == "up" or (state == "drain" and self.current[ci] == hi)
 
     def link_cost(self, h1: int, h2: int) -> float:
         if h1 == h2:
@@ -130,6 +136,7 @@ def build_instance(
             idle_w=h.power.idle_w,
             slope_w=(h.power.peak_w - h.power.idle_w) / h.cores,
             empty_w=h.power.off_w if cluster.empty_host == "off" else h.power.idle_w,
+            state=h.state,
         )
         for h in cluster.hosts
     )
@@ -175,6 +182,11 @@ def build_instance(
     for ci, hi in enumerate(cur):
         if hi is not None:
             load[hi] += containers[ci].cores
+            if hosts[hi].state == "down":
+                raise InputError(
+                    f"{current_source}: assignment.{containers[ci].name}: host "
+                    f"{hosts[hi].name!r} is down"
+                )
     for hi, used in enumerate(load):
         if used > hosts[hi].cores:
             raise InputError(

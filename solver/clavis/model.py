@@ -19,6 +19,7 @@ Name = Annotated[
     Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]*$"),
 ]
 ContainerClass = Literal["devil", "turtle"]
+HostState = Literal["up", "drain", "down"]
 
 
 class _Strict(BaseModel):
@@ -60,6 +61,11 @@ class Host(_Strict):
     domains: Domains
     rack: Name
     power: PowerModel
+    state: HostState = Field(
+        default="up",
+        description="up: takes containers; drain: keeps the ones it has, takes no new ones "
+        "(Slurm DRAIN); down: holds nothing.",
+    )
 
     @model_validator(mode="after")
     def _domains_cover_cores(self) -> Host:

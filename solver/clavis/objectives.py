@@ -208,6 +208,14 @@ def violations(inst: Instance, assignment: Assignment) -> list[str]:
     ]
     if bad:
         return bad
+    bad = [
+        f"container {inst.containers[i].name!r} on host {inst.hosts[h].name!r} "
+        f"which is {inst.hosts[h].state}"
+        for i, h in enumerate(assignment)
+        if not inst.allowed(i, h)
+    ]
+    if bad:
+        return bad
     return [
         f"host {h.name!r} holds {used} cores but has {h.cores}"
         for h, used in zip(inst.hosts, host_loads(inst, assignment), strict=True)

@@ -160,3 +160,15 @@ def test_too_large_for_exact_is_a_clear_error(capsys: pytest.CaptureFixture[str]
     )
     assert code == 2
     assert "above the exact limit" in capsys.readouterr().err
+
+
+def test_current_placement_on_a_down_host(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cluster, workload = _base()
+    cluster["hosts"][2]["state"] = "down"
+    cur = tmp_path / "cur.json"
+    cur.write_text(json.dumps({"schema_version": 1, "assignment": {"y2": "h3"}}))
+    code, out = _solve(tmp_path, cluster, workload, "--current", str(cur))
+    assert code == 2 and "assignment.y2: host 'h3' is down" in capsys.readouterr().err
+    assert not out.exists()

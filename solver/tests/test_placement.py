@@ -171,3 +171,19 @@ def test_unknown_method() -> None:
     inst = instance([host("h")], [{"name": "j", "containers": [container("a")]}])
     with pytest.raises(ValueError, match="unknown method 'magic'"):
         place("magic", inst, Weights(1, 1, 1), OPTS)
+
+
+def test_drained_and_down_hosts() -> None:
+    hosts = [host("up1"), {**host("dr"), "state": "drain"}, {**host("dn"), "state": "down"}]
+    jobs = [{"name": "j", "containers": [container("a", 2), container("b", 4), container("c", 2)]}]
+    inst = instance(hosts, jobs, current={"a": "dr"})
+    # Packing would want everything on one host; only 'a' may stay on the drained one.
+    for method in ("cpsat", "plain", "exact"):
+        r = place(method, inst, Weights(1, 0, 0, 1), OPTS)
+        assert r.assignment is not None, method
+        assert r.assignment[0] == 1 and r.assignment[1:] == (0, 0), method
+    assert violations(inst, (0, 1, 0)) == ["container 'b' on host 'dr' which is drain"]
+    assert violations(inst, (2, 0, 0))[0] == "container 'a' on host 'dn' which is down"
+    for method in ("corerr", "noderr"):
+        r = place(method, inst, Weights(1, 0, 0, 1), OPTS)
+        assert r.assignment is not None and 2 not in r.assignment and 1 not in r.assignment

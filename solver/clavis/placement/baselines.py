@@ -35,7 +35,7 @@ def _fill(
 def round_robin(inst: Instance, fraction: float) -> Assignment | None:
     """Fill ``fraction`` of each host's cores in host order, then first-fit what is left."""
     out = [-1] * len(inst.containers)
-    free = [h.cores for h in inst.hosts]
+    free = [h.cores if h.state == "up" else 0 for h in inst.hosts]
     share = [max(1, int(h.cores * fraction)) for h in inst.hosts]
     left = _fill(inst, list(range(len(inst.containers))), share, out, free)
     for ci in left:  # second pass: any host with room, in order
@@ -61,7 +61,7 @@ def noderr(inst: Instance) -> Assignment | None:
 def random_assignment(inst: Instance, rng: random.Random) -> Assignment | None:
     """Containers in random order, each on a random host with room (first fit if none)."""
     out = [-1] * len(inst.containers)
-    free = [h.cores for h in inst.hosts]
+    free = [h.cores if h.state == "up" else 0 for h in inst.hosts]
     order = list(range(len(inst.containers)))
     rng.shuffle(order)
     nh = len(inst.hosts)

@@ -45,7 +45,9 @@ def _count_vars(
     y: dict[tuple[int, int], cp_model.IntVar] = {}
     for gi, g in enumerate(groups):
         for hi, h in enumerate(inst.hosts):
-            ub = min(g.size, h.cores // g.cores)
+            # Members allowed here: all on an up host, those already here on a drained one.
+            room = sum(1 for m in g.members if inst.allowed(m, hi))
+            ub = min(room, h.cores // g.cores)
             if ub == 1:
                 y[gi, hi] = model.new_bool_var(f"y_{gi}_{hi}")
             elif ub > 1:

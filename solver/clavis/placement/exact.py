@@ -31,7 +31,7 @@ def feasible_assignments(inst: Instance, max_leaves: int = MAX_LEAVES) -> list[A
             return
         need = inst.containers[i].cores
         for h in range(nh):
-            if free[h] >= need:
+            if free[h] >= need and inst.allowed(i, h):
                 free[h] -= need
                 cur[i] = h
                 walk(i + 1)

@@ -114,6 +114,7 @@ def host_types(inst: Instance, groups: list[Group]) -> list[list[int]]:
             h.idle_w,
             h.slope_w,
             h.empty_w,
+            h.state,
             tuple(sorted(residents[hi])),
         )
         types[key].append(hi)
