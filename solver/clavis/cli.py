@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -56,19 +57,48 @@ def _instance(args: argparse.Namespace) -> Instance:
 
 
 class _Ticker:
-    """Progress on stderr: improvements, at most one line per second."""
+    """Progress on stderr: improvements (at most one line a second) and, while the
+    solver is silent, a heartbeat every ``HEARTBEAT`` seconds so a long solve never
+    looks hung."""
+
+    HEARTBEAT = 10.0
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
+        self.start = time.monotonic()
         self.last = -1.0
+        self.best: Progress | None = None
+        self.done = threading.Event()
+        self.lock = threading.Lock()
+        self.thread = threading.Thread(target=self._beat, daemon=True)
+
+    def __enter__(self) -> _Ticker:
+        if self.enabled:
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+        if self.thread.is_alive():
+            self.thread.join(timeout=1.0)
+
+    def _print(self, line: str) -> None:
+        with self.lock:
+            self.last = time.monotonic()
+            print(line, file=sys.stderr, flush=True)
+
+    def _beat(self) -> None:
+        while not self.done.wait(self.HEARTBEAT / 2):
+            if time.monotonic() - self.last >= self.HEARTBEAT:
+                best = "none yet" if self.best is None else f"{self.best.F:.6f}"
+                elapsed = time.monotonic() - self.start
+                self._print(f"  {elapsed:7.2f} s  searching, best F {best}")
 
     def __call__(self, p: Progress) -> None:
-        now = time.monotonic()
-        if not self.enabled or now - self.last < 1.0:
-            return
-        self.last = now
-        bound = "" if p.bound is None else f"  bound {p.bound:.6f}"
-        print(f"  {p.seconds:7.2f} s  F {p.F:.6f}{bound}", file=sys.stderr, flush=True)
+        self.best = p
+        if self.enabled and time.monotonic() - self.last >= 1.0:
+            bound = "" if p.bound is None else f"  bound {p.bound:.6f}"
+            self._print(f"  {p.seconds:7.2f} s  F {p.F:.6f}{bound}")
 
 
 def cmd_solve(args: argparse.Namespace) -> int:
@@ -82,17 +112,19 @@ def cmd_solve(args: argparse.Namespace) -> int:
     hint = tuple(h for h in inst.current if h is not None) if inst.has_current else None
     if hint is not None and len(hint) != len(inst.containers):
         hint = None  # a partial current placement cannot seed every variable
+    ticker = _Ticker(not args.quiet)
     options = SolveOptions(
         time_limit=args.time_limit,
         seed=args.seed,
         workers=args.workers,
         hint=hint,
-        on_progress=_Ticker(not args.quiet),
+        on_progress=ticker,
     )
     if not args.quiet:
         print(f"solving with {args.method}, time limit {args.time_limit:g} s", file=sys.stderr)
     try:
-        result = place(args.method, inst, weights, options)
+        with ticker:
+            result = place(args.method, inst, weights, options)
     except TooLargeError as exc:
         raise InputError(str(exc)) from exc
     print(summary(result))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from clavis.cli import SCHEMAS, main
+from clavis.cli import SCHEMAS, _Ticker, main
 
 ROOT = Path(__file__).resolve().parents[2]
 PP = ROOT / "examples" / "parapluie"
@@ -75,3 +75,15 @@ def test_published_schemas_match_the_models() -> None:
         assert published == model.model_json_schema(by_alias=True), (
             f"docs/schema/{kind}.schema.json is stale: run `make schemas`"
         )
+
+
+def test_long_solve_prints_a_heartbeat(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(_Ticker, "HEARTBEAT", 0.3)
+    code = main(["solve", "--cluster", str(PP / "cluster.yaml"), "--workload",
+                 str(PP / "workload.yaml"), "--weights", "1,1,1", "--method", "random",
+                 "--time-limit", "1.5"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 0
+    assert "searching, best F" in err, err
