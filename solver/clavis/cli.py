@@ -15,16 +15,18 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from clavis.cli_pareto import add_parsers
 from clavis.documents import (
     InputError,
     load_cluster,
     load_placement,
     load_workload,
+    parse,
     read_data,
     write_json_atomic,
 )
 from clavis.instance import Instance, build_instance
-from clavis.model import Cluster, Placement, Workload
+from clavis.model import Cluster, Front, Placement, WeightsFile, Workload
 from clavis.objectives import Weights, bounds, score, violations
 from clavis.placement import METHODS, Progress, SolveOptions, place
 from clavis.placement.exact import TooLargeError
@@ -36,6 +38,12 @@ EXIT_OK, EXIT_NO_SOLUTION, EXIT_BAD_INPUT = 0, 1, 2
 def _weights(args: argparse.Namespace) -> Weights:
     if args.weights_file is not None:
         data = read_data(Path(args.weights_file))
+        if isinstance(data, dict) and data.get("kind") == "clavis.weights":
+            w = parse(WeightsFile, data, args.weights_file).weights
+            try:
+                return Weights(w.P, w.D, w.C, w.M)
+            except ValueError as exc:
+                raise InputError(f"{args.weights_file}: {exc}") from exc
         try:
             w = data.get("weights", data)
             return Weights(w["P"], w["D"], w["C"], w.get("M", 0.0))
@@ -158,6 +166,8 @@ SCHEMAS: dict[str, type[BaseModel]] = {
     "cluster": Cluster,
     "workload": Workload,
     "placement": Placement,
+    "front": Front,
+    "weights": WeightsFile,
 }
 
 
@@ -205,6 +215,7 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("kind", nargs="?", choices=list(SCHEMAS))
     c.add_argument("--write", metavar="DIR", help="write <kind>.schema.json files into DIR")
     c.set_defaults(func=cmd_schema)
+    add_parsers(sub)
     return top
 
 

@@ -223,3 +223,75 @@ class Placement(_Strict):
     schema_version: Literal[1] = SCHEMA_VERSION
     assignment: dict[Name, Name]
     solution: Solution | None = None
+
+
+# --- calibration documents (issue 3): fronts and weights ------------------------------
+
+ObjectiveName = Literal["P", "D", "C", "M"]
+
+
+class FrontPoint(_Strict):
+    id: int = Field(ge=0)
+    assignment: dict[Name, Name]
+    raw: ObjectiveValues
+    normalised: ObjectiveValues
+
+
+class FrontSearch(_Strict):
+    """How the front was found, so that it can be reproduced and audited."""
+
+    algorithm: Literal["nsga2", "nsga3", "smsemoa"]
+    population: int = Field(ge=4)
+    generations: int = Field(ge=1)
+    seed: int
+    seed_time: float = Field(ge=0)
+    objectives: list[ObjectiveName] = Field(min_length=2)
+    evaluations: int = Field(ge=0)
+    hypervolume: float
+    seconds: float
+
+
+class Front(_Strict):
+    """Non-dominated placements with their inputs (stored whole for later audit)."""
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    kind: Literal["clavis.front"] = "clavis.front"
+    cluster: Cluster
+    workload: Workload
+    current: Placement | None = None
+    search: FrontSearch
+    lower: ObjectiveValues
+    upper: ObjectiveValues
+    points: list[FrontPoint] = Field(min_length=1)
+
+    @field_validator("points")
+    @classmethod
+    def _unique_ids(cls, points: list[FrontPoint]) -> list[FrontPoint]:
+        dup = [i for i, k in Counter(p.id for p in points).items() if k > 1]
+        if dup:
+            raise ValueError(f"duplicate point id {dup[0]}")
+        return points
+
+
+class CalibrationOutcome(_Strict):
+    method: Literal["thesis", "inverse"]
+    weights: ObjectiveValues | None = None
+    residual: float | None = None
+    regret: float | None = Field(
+        default=None, description="Mean amount by which the picks miss the front's best F."
+    )
+    error: str | None = None
+
+
+class WeightsFile(_Strict):
+    """Weights of P, D, C, M (sum 1) from `clavis calibrate`, read by solve and clavisd."""
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    kind: Literal["clavis.weights"] = "clavis.weights"
+    weights: ObjectiveValues
+    method: Literal["thesis", "inverse"]
+    recommended: Literal["thesis", "inverse"]
+    reason: str
+    picks: list[int] = Field(min_length=3)
+    front_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    outcomes: list[CalibrationOutcome]

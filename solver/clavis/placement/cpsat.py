@@ -413,6 +413,10 @@ def solve(
     solver.parameters.max_time_in_seconds = max(0.01, options.time_limit - watch.elapsed)
     solver.parameters.random_seed = options.seed
     solver.parameters.num_workers = options.threads
+    if options.deterministic:
+        solver.parameters.num_workers = 1
+        solver.parameters.max_deterministic_time = options.time_limit
+        solver.parameters.max_time_in_seconds = 20 * options.time_limit  # a safety net
     start = score(inst, hint, weights, limits) if hint is not None else None
     if start is not None:
         watch.offer(start.F)

@@ -30,6 +30,9 @@ class SolveOptions:
     workers: int = 0  # 0: every core of the machine
     hint: Assignment | None = None
     on_progress: Callable[[Progress], None] | None = None
+    # Reproducible answers: one CP-SAT worker and a deterministic time budget
+    # (time_limit read as CP-SAT deterministic seconds), so a seed fixes the result.
+    deterministic: bool = False
 
     def __post_init__(self) -> None:
         if not self.time_limit > 0:
