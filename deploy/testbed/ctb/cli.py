@@ -1,0 +1,483 @@
+"""clavis-testbed up|down|status|exec|checkpoint|restore|env (and the internal powerd)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from . import bmc, containers, net, paths, power, slurm
+from .proc import CommandError, in_netns, spawn, start_time, stop
+from .state import State, StateError, load
+from .topology import Topology, TopologyError
+from .topology import load as load_topology
+
+ENTRY = paths.HERE / "clavis-testbed"
+EXIT_BAD_INPUT = 2
+EXIT_NOT_UP = 3
+# logs of a failed up survive its cleanup here (removed by the next successful down)
+FAILED_LOGS = paths.RUN.parent / "clavis-testbed-failed-logs"
+
+
+def _say(msg: str) -> None:
+    print(f"clavis-testbed: {msg}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- health, teardown
+
+
+def problems(st: State) -> list[str]:
+    """Why a recorded testbed is not fully up (empty list = healthy)."""
+    out = []
+    present = net.existing_netns()
+    out += [f"netns {n} missing" for n in net.netns_names(st.topology) if n not in present]
+    out += [f"{p.what} (pid {p.pid}) not running" for p in st.processes if not p.alive()]
+    for c in st.topology.containers():
+        s = containers.state(c.name) if c.name in st.containers else "ABSENT"
+        if s != "RUNNING":
+            out.append(f"container {c.name} {s}")
+    if st.phase != "up":
+        out.append(f"phase is {st.phase!r}")
+    return out
+
+
+def _hierarchies() -> list[Path]:
+    root = Path("/sys/fs/cgroup")
+    return [p for p in root.iterdir() if p.is_dir()] if root.is_dir() else []
+
+
+def _cgroup_dirs(names: list[str]) -> list[Path]:
+    """LXC's cgroups for our containers, in every hierarchy."""
+    found = []
+    for h in _hierarchies():
+        for n in names:
+            for prefix in ("lxc.payload.", "lxc.monitor."):
+                d = h / f"{prefix}{n}"
+                if d.is_dir():
+                    found.append(d)
+    return found
+
+
+def _pivots() -> list[Path]:
+    """LXC's own helper cgroup 'lxc.pivot', which it creates on first start."""
+    return [h / "lxc.pivot" for h in _hierarchies() if (h / "lxc.pivot").is_dir()]
+
+
+def _procs(d: Path) -> set[int]:
+    pids: set[int] = set()
+    for f in d.rglob("cgroup.procs"):
+        try:
+            pids |= {int(x) for x in f.read_text().split()}
+        except (OSError, ValueError):
+            continue
+    return pids
+
+
+def _rmdir_tree(d: Path) -> None:
+    """Remove a cgroup directory tree bottom-up (cgroupfs only allows rmdir)."""
+    subdirs = sorted((p for p in d.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts))
+    for sub in [*subdirs, d]:
+        with contextlib.suppress(OSError):
+            sub.rmdir()
+
+
+def _kill_cgroups(dirs: list[Path]) -> None:
+    """Last resort when lxc-stop could not reach a container (e.g. its netns is gone):
+    SIGKILL what is left in our containers' own cgroups, bounded in time."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        pids = set().union(*(_procs(d) for d in dirs)) if dirs else set()
+        live = {p for p in pids if start_time(p) is not None}
+        if not live:
+            return
+        for pid in live:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.1)
+
+
+def teardown(st: State) -> list[str]:
+    """Remove exactly what the state lists; return what could not be removed."""
+    errors: list[str] = []
+    for name in reversed(st.containers):
+        errors += containers.stop(name)
+    _kill_cgroups(_cgroup_dirs(st.containers))
+    for p in reversed(st.processes):
+        stop(p)
+        if p.alive():
+            errors.append(f"{p.what} (pid {p.pid}) survived SIGKILL")
+    errors += net.destroy(st.netns)
+    dirs = _cgroup_dirs(st.containers)
+    if not st.pivot_existed:
+        dirs += _pivots()
+    for d in dirs:
+        # the LXC monitor removes its cgroups as it exits; give it a moment
+        for _ in range(50):
+            _rmdir_tree(d)
+            if not d.exists():
+                break
+            time.sleep(0.1)
+        if d.exists():
+            errors.append(f"cgroup {d} could not be removed")
+    if not errors:
+        shutil.rmtree(paths.RUN, ignore_errors=True)
+        shutil.rmtree(FAILED_LOGS, ignore_errors=True)
+    return errors
+
+
+# ---------------------------------------------------------------- up
+
+
+def _ensure_criu() -> str:
+    script = paths.HERE / "build-criu.sh"
+    cp = subprocess.run(
+        ["bash", str(script)], capture_output=True, text=True, timeout=1800, check=False
+    )
+    if cp.returncode != 0:
+        raise CommandError(f"CRIU build failed: {cp.stderr.strip()[-2000:]}")
+    return cp.stdout.strip().splitlines()[-1]
+
+
+def _build(st: State) -> None:
+    topo = st.topology
+    t0 = time.monotonic()
+    st.criu = _ensure_criu()
+    containers.build_rootfs()
+    for d in (paths.ETC, paths.SHARED, paths.LOG, paths.LXC, paths.CONTAINERS, paths.BMC):
+        d.mkdir(parents=True, exist_ok=True)
+    paths.SHARED.chmod(0o1777)
+    bmc.build_module()
+    st.save()
+    _say(f"artefacts ready ({time.monotonic() - t0:.1f}s); building network")
+
+    net.build(topo, st.netns)
+    st.save()
+
+    for host in topo.hosts():
+        st.processes.append(bmc.start(host))
+        st.save()
+    st.processes.append(
+        spawn("powerd", [sys.executable, str(ENTRY), "powerd"], paths.LOG / "powerd.log")
+    )
+    st.save()
+
+    slurm.write_munge_key()
+    slurm.write_conf(topo)
+    containers.write_shared_files(topo)
+    containers.write_criu_conf()
+    st.processes += slurm.start_head(topo)
+    st.save()
+
+    for c in topo.containers():
+        containers.write_config(topo, c)
+        st.containers.append(c.name)
+        st.save()
+        containers.start(c)
+    for host in topo.hosts():
+        bmc.wait_ready(host)
+    slurm.wait_idle(topo, timeout=30)
+    st.phase = "up"
+    st.up_seconds = round(time.monotonic() - t0, 1)
+    st.save()
+    _write_env(st)
+
+
+def _write_env(st: State) -> None:
+    lines = {
+        "CLAVIS_TESTBED_STATE": str(paths.STATE),
+        "CLAVIS_CRIU": st.criu,
+        "CRIU_CONFIG_FILE": str(paths.CRIU_CONF),
+        "SLURM_CONF": str(paths.SLURM_CONF),
+        "CLAVIS_LXCPATH": str(paths.LXC),
+        "CLAVIS_HEAD_NETNS": st.topology.core_netns,
+    }
+    paths.ENV_FILE.write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    topo = _topology_from_args(args)
+    st = load()
+    if st is not None:
+        if st.topology != topo:
+            if not problems(st):
+                _say("a testbed with another topology is up; run `clavis-testbed down` first")
+                return EXIT_BAD_INPUT
+        elif not problems(st):
+            _say("already up")
+            _print_table(st)
+            return 0
+        _say("removing the remains of an earlier, incomplete up")
+        errors = teardown(st)
+        if errors:
+            _say("could not clean up: " + "; ".join(errors))
+            return 1
+    foreign = [n for n in net.netns_names(topo) if n in net.existing_netns()]
+    if foreign:
+        _say(f"network namespaces {', '.join(foreign)} exist but no state records them")
+        return 1
+    st = State(topology=topo, pivot_existed=bool(_pivots()))
+    st.save()
+    try:
+        _build(st)
+    except (CommandError, OSError, subprocess.TimeoutExpired) as exc:
+        _say(f"up failed: {exc}")
+        _say(f"logs are in {paths.LOG}; removing what was built")
+        keep = FAILED_LOGS
+        shutil.rmtree(keep, ignore_errors=True)
+        if paths.LOG.is_dir():
+            shutil.copytree(paths.LOG, keep)
+        errors = teardown(st)
+        if errors:
+            _say("cleanup left: " + "; ".join(errors))
+        else:
+            _say(f"cleaned up; logs kept in {keep}")
+        return 1
+    _say(f"up in {st.up_seconds:.1f}s")
+    _print_table(st)
+    return 0
+
+
+# ---------------------------------------------------------------- down, status
+
+
+def cmd_down(_args: argparse.Namespace) -> int:
+    try:
+        st = load()
+    except StateError as exc:
+        _say(str(exc))
+        return 1
+    if st is None:
+        _say("nothing to do (no state file)")
+        return 0
+    errors = teardown(st)
+    if errors:
+        _say("down left behind: " + "; ".join(errors))
+        return 1
+    _say("down")
+    return 0
+
+
+def _watts(host_name: str) -> str:
+    try:
+        return (paths.BMC / host_name / "watts").read_text().strip()
+    except OSError:
+        return "-"
+
+
+def status_dict(st: State) -> dict[str, Any]:
+    topo = st.topology
+    states = slurm.node_states(topo)
+    hosts = []
+    for h in topo.hosts():
+        hosts.append(
+            {
+                "name": h.name,
+                "rack": h.rack,
+                "netns": h.netns,
+                "ip": h.ip,
+                "bmc": {
+                    "address": "127.0.0.1",
+                    "port": h.bmc_port,
+                    "user": bmc.BMC_USER,
+                    "password_file": str(paths.BMC / h.name / "password"),
+                    "watts_file": str(paths.BMC / h.name / "watts"),
+                },
+                "containers": [
+                    {
+                        "name": c.name,
+                        "ip": c.ip,
+                        "veth": c.veth,
+                        "lxc": containers.state(c.name),
+                        "slurm": states.get(c.name, "?"),
+                    }
+                    for c in h.containers
+                ],
+            }
+        )
+    return {
+        "up": not problems(st),
+        "problems": problems(st),
+        "up_seconds": st.up_seconds,
+        "topology": topo.to_dict(),
+        "head": {"netns": topo.core_netns, "ip": topo.head_ip},
+        "racks": [
+            {"index": r.index, "netns": r.netns, "subnet": r.subnet, "core_if": r.core_if}
+            for r in topo.racks()
+        ],
+        "hosts": hosts,
+        "criu": st.criu,
+        "criu_config": str(paths.CRIU_CONF),
+        "lxcpath": str(paths.LXC),
+        "slurm_conf": str(paths.SLURM_CONF),
+        "shared_dir": str(paths.SHARED),
+        "env_file": str(paths.ENV_FILE),
+        "processes": [p.to_dict() for p in st.processes],
+        "netns": st.netns,
+    }
+
+
+def _print_table(st: State) -> None:
+    d = status_dict(st)
+    topo = st.topology
+    print(
+        f"head: netns {topo.core_netns} ip {topo.head_ip}   core link: tbf "
+        f"{topo.core_rate_mbit} Mbit/s   criu: {d['criu']}"
+    )
+    hdr = ("RACK", "HOST", "NETNS", "BMC", "WATTS", "CONTAINER", "IP", "LXC", "SLURM")
+    rows = []
+    for h in d["hosts"]:
+        for c in h["containers"]:
+            rows.append(
+                (
+                    f"r{h['rack']}", h["name"], h["netns"], f"127.0.0.1:{h['bmc']['port']}",
+                    _watts(h["name"]), c["name"], c["ip"], c["lxc"], c["slurm"],
+                )
+            )  # fmt: skip
+    widths = [max(len(str(x)) for x in col) for col in zip(hdr, *rows, strict=False)]
+    for row in (hdr, *rows):
+        print("  ".join(str(x).ljust(w) for x, w in zip(row, widths, strict=True)).rstrip())
+    if d["problems"]:
+        print("problems: " + "; ".join(d["problems"]))
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    try:
+        st = load()
+    except StateError as exc:
+        _say(str(exc))
+        return 1
+    if st is None:
+        if args.json:
+            print(json.dumps({"up": False, "problems": ["no state file"]}))
+        else:
+            print("down")
+        return EXIT_NOT_UP
+    if args.json:
+        print(json.dumps(status_dict(st), indent=1))
+    else:
+        _print_table(st)
+    return 0 if not problems(st) else 1
+
+
+# ---------------------------------------------------------------- helpers for users
+
+
+def _require_up() -> State:
+    st = load()
+    if st is None or st.phase != "up":
+        raise CommandError("the testbed is not up (run `clavis-testbed up`)")
+    return st
+
+
+def cmd_exec(args: argparse.Namespace) -> int:
+    """Run a command where slurmctld lives, with SLURM_CONF set (e.g. sinfo, sbatch)."""
+    st = _require_up()
+    argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
+    if not argv:
+        _say("exec needs a command, e.g. `clavis-testbed exec -- sinfo`")
+        return EXIT_BAD_INPUT
+    cp = subprocess.run(in_netns(st.topology.core_netns, argv), env=slurm.client_env(), check=False)
+    return cp.returncode
+
+
+def _container(st: State, name: str) -> Any:
+    for c in st.topology.containers():
+        if c.name == name:
+            return c
+    raise CommandError(f"no container named {name!r}")
+
+
+def cmd_checkpoint(args: argparse.Namespace) -> int:
+    st = _require_up()
+    c = _container(st, args.name)
+    d = Path(args.dir) if args.dir else paths.CKPT / c.name
+    t0 = time.monotonic()
+    containers.checkpoint(c, d)
+    _say(f"checkpointed {c.name} to {d} in {time.monotonic() - t0:.2f}s")
+    return 0
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    st = _require_up()
+    c = _container(st, args.name)
+    d = Path(args.dir) if args.dir else paths.CKPT / c.name
+    t0 = time.monotonic()
+    containers.restore(c, d)
+    _say(f"restored {c.name} from {d} in {time.monotonic() - t0:.2f}s")
+    return 0
+
+
+def cmd_powerd(_args: argparse.Namespace) -> int:
+    st = load()
+    if st is None:
+        _say("powerd: no state file")
+        return 1
+    power.serve(st.topology)
+    return 0
+
+
+# ---------------------------------------------------------------- argument parsing
+
+
+def _topology_from_args(args: argparse.Namespace) -> Topology:
+    overrides = {
+        "racks": args.racks,
+        "hosts_per_rack": args.hosts_per_rack,
+        "containers_per_host": args.containers_per_host,
+        "cpus_per_container": args.cpus_per_container,
+        "core_rate_mbit": args.core_rate_mbit,
+        "bmc_base_port": args.bmc_base_port,
+    }
+    return load_topology(Path(args.topology) if args.topology else None, overrides)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="clavis-testbed", description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    up = sub.add_parser("up", help="build the emulated cluster (idempotent)")
+    up.add_argument("--topology", help="TOML file with racks, hosts_per_rack, ...")
+    up.add_argument("--racks", type=int)
+    up.add_argument("--hosts-per-rack", type=int)
+    up.add_argument("--containers-per-host", type=int)
+    up.add_argument("--cpus-per-container", type=int)
+    up.add_argument("--core-rate-mbit", type=int, help="tbf rate of the inter-rack link")
+    up.add_argument("--bmc-base-port", type=int, help="first BMC UDP port on 127.0.0.1")
+    up.set_defaults(func=cmd_up)
+    sub.add_parser("down", help="remove everything up created").set_defaults(func=cmd_down)
+    st = sub.add_parser("status", help="table (or --json) of the running testbed")
+    st.add_argument("--json", action="store_true")
+    st.set_defaults(func=cmd_status)
+    ex = sub.add_parser("exec", help="run a command in the head netns with SLURM_CONF")
+    ex.add_argument("argv", nargs=argparse.REMAINDER)
+    ex.set_defaults(func=cmd_exec)
+    for name, func in (("checkpoint", cmd_checkpoint), ("restore", cmd_restore)):
+        c = sub.add_parser(name, help=f"{name} a container with CRIU {paths.CRIU_VERSION}")
+        c.add_argument("name")
+        c.add_argument("--dir", help="image directory (default under /run/clavis-testbed)")
+        c.set_defaults(func=func)
+    sub.add_parser("powerd", help=argparse.SUPPRESS).set_defaults(func=cmd_powerd)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if os.geteuid() != 0:
+        _say("must run as root (namespaces, LXC, iptables)")
+        return 1
+    try:
+        rc: int = args.func(args)
+        return rc
+    except TopologyError as exc:
+        _say(f"bad topology: {exc}")
+        return EXIT_BAD_INPUT
+    except (CommandError, StateError) as exc:
+        _say(str(exc))
+        return 1

@@ -1,0 +1,142 @@
+"""Network: one netns per rack switch, per physical host, and one core/head netns.
+
+    container eth0 ── v-NAME ─┐ br0 (host netns ctb-rRhH, host IP) ── uplink
+                              │                                        │ veth
+    rack switch netns ctb-rR: br0 ── h-rRhH ... ── core (tbf) ─────────┘
+                                                    │ veth = the slow core link
+    core netns ctb-core: c-rR (tbf, rack gateway IP), routes between racks,
+                         head IP on lo (slurmctld), accounting chain CLAVIS-XRACK
+
+Every link is created directly inside our namespaces (`ip -n NS link add … peer …
+netns OTHER`), so no interface ever exists in the root namespace and deleting the
+namespaces removes every bridge, veth, qdisc and iptables rule we made.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .proc import run
+from .topology import Topology
+
+# iptables chain in the core netns counting bytes between rack pairs
+XRACK_CHAIN = "CLAVIS-XRACK"
+
+
+def netns_names(topo: Topology) -> list[str]:
+    names = [topo.core_netns]
+    for rack in topo.racks():
+        names.append(rack.netns)
+        names.extend(h.netns for h in rack.hosts)
+    return names
+
+
+def existing_netns() -> set[str]:
+    d = Path("/run/netns")
+    return {p.name for p in d.iterdir()} if d.is_dir() else set()
+
+
+def _ip(ns: str, *args: str) -> None:
+    run(["ip", "-n", ns, *args])
+
+
+def _sysctl(ns: str, key: str, value: str) -> None:
+    # /proc/sys/net is per netns: nsenter --net is enough (no mount namespace needed)
+    run(["nsenter", f"--net=/run/netns/{ns}", "--", "sysctl", "-q", "-w", f"{key}={value}"])
+
+
+def _add_ns(ns: str, created: list[str]) -> None:
+    run(["ip", "netns", "add", ns])
+    created.append(ns)
+    _ip(ns, "link", "set", "lo", "up")
+
+
+def _tbf(ns: str, dev: str, mbit: int) -> None:
+    # burst must hold at least rate/HZ bytes; 64 KiB is ample up to ~10 Gbit/s at HZ=1000
+    # with a segmenting tbf. latency bounds the queue so a flood is dropped, not buffered.
+    run(
+        [
+            "tc", "-n", ns, "qdisc", "add", "dev", dev, "root", "tbf",
+            "rate", f"{mbit}mbit", "burst", "64kb", "latency", "100ms",
+        ]
+    )  # fmt: skip
+
+
+def build(topo: Topology, created: list[str]) -> None:
+    """Create every namespace, bridge, veth, tbf and rule; append netns to created."""
+    core = topo.core_netns
+    _add_ns(core, created)
+    _ip(core, "addr", "add", f"{topo.head_ip}/32", "dev", "lo")
+    _sysctl(core, "net.ipv4.ip_forward", "1")
+
+    for rack in topo.racks():
+        rns = rack.netns
+        _add_ns(rns, created)
+        _ip(rns, "link", "add", "br0", "type", "bridge")
+        _ip(rns, "link", "set", "br0", "up")
+        # the core link: rack side "core" in the rack bridge, core side routes
+        _ip(core, "link", "add", rack.core_if, "type", "veth", "peer", "name", "core", "netns", rns)
+        _ip(core, "addr", "add", f"{rack.gateway}/24", "dev", rack.core_if)
+        _ip(core, "link", "set", rack.core_if, "up")
+        _ip(rns, "link", "set", "core", "master", "br0", "up")
+        # rate-limit both directions: egress of each end
+        _tbf(core, rack.core_if, topo.core_rate_mbit)
+        _tbf(rns, "core", topo.core_rate_mbit)
+
+        for host in rack.hosts:
+            hns = host.netns
+            _add_ns(hns, created)
+            _ip(hns, "link", "add", "br0", "type", "bridge")
+            _ip(hns, "addr", "add", f"{host.ip}/24", "dev", "br0")
+            _ip(hns, "link", "set", "br0", "up")
+            _ip(
+                rns,
+                "link",
+                "add",
+                host.uplink,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "uplink",
+                "netns",
+                hns,
+            )
+            _ip(rns, "link", "set", host.uplink, "master", "br0", "up")
+            _ip(hns, "link", "set", "uplink", "master", "br0", "up")
+            _ip(hns, "route", "add", "default", "via", rack.gateway)
+
+    _accounting(topo)
+
+
+def _accounting(topo: Topology) -> None:
+    """Per rack-pair byte counters on the core router (read with iptables -L -v -x)."""
+    ipt = ["nsenter", f"--net=/run/netns/{topo.core_netns}", "--", "iptables", "-w", "5"]
+    run([*ipt, "-N", XRACK_CHAIN])
+    run([*ipt, "-A", "FORWARD", "-j", XRACK_CHAIN])
+    for a in topo.racks():
+        for b in topo.racks():
+            if a.index != b.index:
+                run([*ipt, "-A", XRACK_CHAIN, "-s", a.subnet, "-d", b.subnet, "-j", "RETURN"])
+
+
+def destroy(names: list[str]) -> list[str]:
+    """Delete the given namespaces (only those that exist); return errors."""
+    errors = []
+    present = existing_netns()
+    for ns in reversed(names):
+        if ns in present:
+            cp = run(["ip", "netns", "del", ns], check=False)
+            if cp.returncode != 0:
+                errors.append(f"netns {ns}: {cp.stderr.strip()}")
+    return errors
+
+
+def tbf_bytes(ns: str, dev: str) -> int:
+    """Bytes sent through the tbf qdisc on dev (tc -s)."""
+    out = run(["tc", "-n", ns, "-s", "qdisc", "show", "dev", dev]).stdout
+    for line in out.splitlines():
+        words = line.split()
+        if words[:1] == ["Sent"]:
+            return int(words[1])
+    return 0

@@ -1,0 +1,34 @@
+"""Where the testbed keeps things.
+
+Runtime state lives under /run/clavis-testbed (removed by `down`); slow-to-build
+artefacts (CRIU, the container root filesystem) live in a cache outside the clone
+that survives `down` and is rebuilt when absent.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent.parent  # deploy/testbed
+RUN = Path(os.environ.get("CLAVIS_TESTBED_RUN", "/run/clavis-testbed"))
+CACHE = Path(os.environ.get("CLAVIS_CACHE", "/var/cache/clavis"))
+
+STATE = RUN / "state.json"
+ENV_FILE = RUN / "env"
+ETC = RUN / "etc"  # shared read-only config, bind-mounted at the same path in containers
+SHARED = RUN / "shared"  # shared read-write scratch, same path in containers and the host
+LOG = RUN / "log"
+LXC = RUN / "lxc"  # our own lxcpath: nothing is written to /var/lib/lxc
+CONTAINERS = RUN / "containers"
+BMC = RUN / "bmc"
+CKPT = RUN / "checkpoints"
+MUNGE_SOCKET = RUN / "munge" / "munge.socket"
+SLURM_CONF = ETC / "slurm.conf"
+CRIU_CONF = ETC / "criu-dump.conf"
+CRIU_RESTORE_CONF = ETC / "criu-restore.conf"
+
+ROOTFS_VERSION = 1
+ROOTFS = CACHE / f"rootfs-{ROOTFS_VERSION}"
+CRIU_VERSION = "4.2.1"
+CRIU_DIR = CACHE / f"criu-{CRIU_VERSION}"
