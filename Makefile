@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench-solver schemas clean
+.PHONY: demo test lint typecheck unit bench-solver bench-pareto schemas clean
 
 $(STAMP): solver/requirements.lock solver/pyproject.toml deploy/bootstrap/python.sh
 	bash deploy/bootstrap/python.sh
@@ -24,7 +24,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 
 typecheck: $(STAMP)
-	$(VENV)/bin/mypy solver/clavis bench/solver/run.py
+	$(VENV)/bin/mypy solver/clavis bench/report.py bench/solver/solver_bench.py bench/pareto/pareto_bench.py
 
 unit: $(STAMP)
 	$(VENV)/bin/pytest -q
@@ -32,7 +32,10 @@ unit: $(STAMP)
 test: lint typecheck unit
 
 bench-solver: $(STAMP)
-	$(PY) bench/solver/run.py
+	$(PY) bench/solver/solver_bench.py
+
+bench-pareto: $(STAMP)
+	$(PY) bench/pareto/pareto_bench.py
 
 schemas: $(STAMP)
 	$(VENV)/bin/clavis schema --write docs/schema

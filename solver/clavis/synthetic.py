@@ -163,3 +163,41 @@ def small_instance(rng: random.Random) -> tuple[Cluster, Workload, dict[str, str
                 free[where] -= c.cores
                 current[c.name] = where
     return cluster, workload, current
+
+
+def enumerable_instance(seed: int, hosts: int = 4, containers: int = 8) -> tuple[Cluster, Workload]:
+    """Two racks of 4-core hosts and jobs of two containers (one to two cores, a random
+    class, traffic inside each job): every placement can be enumerated."""
+    rng = random.Random(seed)
+    host_docs = [
+        {
+            "name": f"h{i}",
+            "rack": f"r{i * 2 // hosts}",
+            "cores": 4,
+            "domains": {"count": 2, "cores_per_domain": 2},
+            "power": {"idle_w": 60.0, "peak_w": 100.0, "off_w": 6.0},
+        }
+        for i in range(hosts)
+    ]
+    jobs = []
+    for j in range(containers // 2):
+        devil = rng.random() < 0.5
+        names = [f"j{j}a", f"j{j}b"]
+        jobs.append(
+            {
+                "name": f"j{j}",
+                "containers": [
+                    {
+                        "name": n,
+                        "cores": rng.choice([1, 2]),
+                        "memory_bytes": GIB,
+                        "intensity_mpki": rng.uniform(6, 20) if devil else rng.uniform(0, 3),
+                    }
+                    for n in names
+                ],
+                "traffic": [
+                    {"src": names[0], "dst": names[1], "bytes_per_s": rng.randint(1, 9) * 1e6}
+                ],
+            }
+        )
+    return Cluster.model_validate({"hosts": host_docs}), Workload.model_validate({"jobs": jobs})

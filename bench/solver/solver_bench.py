@@ -9,22 +9,20 @@ Reported per method and budget: F relative to the best F any run found for the c
 (the thesis's "weighted sum relative to best"), the gap to the method's own proven bound
 and to the best bound any run proved, and the time to come within 1% of the best F.
 
-    python bench/solver/run.py [--sizes 16,64,128] [--budgets 1,10,60] [--cases 2]
+    python bench/solver/solver_bench.py [--sizes 16,64,128] [--budgets 1,10,60] [--cases 2]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import random
 import statistics
 import sys
-import time
 from dataclasses import asdict, dataclass
-from importlib.metadata import version
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from report import describe, machine, write_json, write_section
 
 from clavis.instance import build_instance
 from clavis.objectives import Weights
@@ -34,7 +32,6 @@ from clavis.synthetic import table53_instance
 ROOT = Path(__file__).resolve().parents[2]
 SEARCHING = ("cpsat", "plain", "random")  # methods whose answer depends on the budget
 CONSTRUCTIVE = ("corerr", "noderr")
-START, END = "<!-- solver-bench:start -->", "<!-- solver-bench:end -->"
 
 
 @dataclass
@@ -53,40 +50,14 @@ class Run:
     trajectory: list[tuple[float, float]]
 
 
-def machine() -> dict[str, object]:
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem_kib = 0
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal"):
-                mem_kib = int(line.split()[1])
-    except OSError:
-        pass
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "memory_gib": round(mem_kib / 2**20, 1),
-        "python": platform.python_version(),
-        "ortools": version("ortools"),
-        "kernel": platform.release(),
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-    }
-
-
 def run_all(sizes: list[int], budgets: list[float], cases: int, seed: int) -> list[Run]:
     rng = random.Random(seed)
     runs: list[Run] = []
     for size in sizes:
         for case in range(cases):
-            cluster, workload = table53_instance(seed=seed * 1000 + size * 10 + case,
-                                                 max_containers=size)  # fmt: skip
+            cluster, workload = table53_instance(
+                seed=seed * 1000 + size * 10 + case, max_containers=size
+            )
             inst = build_instance(cluster, workload)
             raw = (rng.randint(1, 10), rng.randint(1, 10), rng.randint(1, 10))
             w = Weights(*map(float, raw))
@@ -94,13 +65,22 @@ def run_all(sizes: list[int], budgets: list[float], cases: int, seed: int) -> li
             for method, budget in plan:
                 opts = SolveOptions(time_limit=budget or 1.0, seed=case)
                 r = place(method, inst, w, opts)
-                runs.append(Run(
-                    size=size, case=case, containers=len(inst.containers),
-                    hosts=len(inst.hosts), weights=(raw[0], raw[1], raw[2]), method=method,
-                    budget=budget, status=r.status, F=r.score.F if r.score else None,
-                    bound=r.bound, seconds=round(r.seconds, 3),
-                    trajectory=[(round(p.seconds, 3), p.F) for p in r.trajectory],
-                ))  # fmt: skip
+                runs.append(
+                    Run(
+                        size=size,
+                        case=case,
+                        containers=len(inst.containers),
+                        hosts=len(inst.hosts),
+                        weights=(raw[0], raw[1], raw[2]),
+                        method=method,
+                        budget=budget,
+                        status=r.status,
+                        F=r.score.F if r.score else None,
+                        bound=r.bound,
+                        seconds=round(r.seconds, 3),
+                        trajectory=[(round(p.seconds, 3), p.F) for p in r.trajectory],
+                    )
+                )
                 f = "-" if r.score is None else f"{r.score.F:.5f}"
                 line = f"size {size} case {case} {method:7s} budget {budget:>4g}s"
                 print(f"{line}  {r.status:9s} F {f}  {r.seconds:.1f}s", file=sys.stderr, flush=True)
@@ -135,19 +115,21 @@ def summarise(runs: list[Run]) -> list[dict[str, object]]:
             hit = next((t for t, f in r.trajectory if f <= target), None)
             reach.append(hit)
         reached = [t for t in reach if t is not None]
-        rows.append({
-            "size": size,
-            "containers": statistics.median(r.containers for r in rs),
-            "method": method,
-            "budget_s": budget,
-            "cases": len(rs),
-            "solved": len(ratios),
-            "F_rel_best_median": statistics.median(ratios) if ratios else None,
-            "own_gap_median": statistics.median(gaps) if gaps else None,
-            "gap_to_best_bound_median": statistics.median(proven) if proven else None,
-            "within_1pct": f"{len(reached)}/{len(rs)}",
-            "time_to_1pct_median_s": statistics.median(reached) if reached else None,
-        })  # fmt: skip
+        rows.append(
+            {
+                "size": size,
+                "containers": statistics.median(r.containers for r in rs),
+                "method": method,
+                "budget_s": budget,
+                "cases": len(rs),
+                "solved": len(ratios),
+                "F_rel_best_median": statistics.median(ratios) if ratios else None,
+                "own_gap_median": statistics.median(gaps) if gaps else None,
+                "gap_to_best_bound_median": statistics.median(proven) if proven else None,
+                "within_1pct": f"{len(reached)}/{len(rs)}",
+                "time_to_1pct_median_s": statistics.median(reached) if reached else None,
+            }
+        )
     return rows
 
 
@@ -163,13 +145,11 @@ def markdown(
     rows: list[dict[str, object]], info: dict[str, object], args: argparse.Namespace
 ) -> str:
     head = [
-        START,
         "## Solver (thesis Table 5.3 method)",
         "",
-        f"Machine: {info['cpu']}, {info['cores']} cores, {info['memory_gib']} GiB, Python "
-        f"{info['python']}, OR-Tools {info['ortools']}, {info['date']}. "
-        f"Command: `python bench/solver/run.py --sizes {args.sizes} --budgets {args.budgets} "
-        f"--cases {args.cases} --seed {args.seed}`; raw runs in `bench/results/solver.json`.",
+        f"{describe(info)} "
+        f"Command: `python bench/solver/solver_bench.py --sizes {args.sizes} "
+        f"--budgets {args.budgets} --cases {args.cases} --seed {args.seed}`; raw runs in `bench/results/solver.json`.",
         "",
         "Per case: 8 jobs of up to *size* containers (12 cores each), as many 24-core hosts as "
         "containers, weights drawn from {1..10}^3. *F/best*: median of F over the best F any "
@@ -189,21 +169,7 @@ def markdown(
             f"{_cell(r['gap_to_best_bound_median'], True)} | {r['within_1pct']} | "
             f"{_cell(r['time_to_1pct_median_s'])} |"
         )
-    head.append(END)
     return "\n".join(head)
-
-
-def write_markdown(path: Path, section: str) -> None:
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    if START in text and END in text:
-        before, rest = text.split(START, 1)
-        after = rest.split(END, 1)[1]
-        text = before + section + after
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
 
 
 def main() -> int:
@@ -223,14 +189,16 @@ def main() -> int:
     info = machine()
     runs = run_all(sizes, budgets, args.cases, args.seed)
     rows = summarise(runs)
-    payload = {"machine": info, "config": vars(args), "summary": rows,
-               "runs": [asdict(r) for r in runs]}  # fmt: skip
-    out = Path(args.out)
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(payload, indent=1) + "\n")
-    tmp.replace(out)
-    write_markdown(Path(args.md), markdown(rows, info, args))
-    print(markdown(rows, info, args))
+    payload = {
+        "machine": info,
+        "config": vars(args),
+        "summary": rows,
+        "runs": [asdict(r) for r in runs],
+    }
+    write_json(Path(args.out), payload)
+    section = markdown(rows, info, args)
+    write_section(Path(args.md), "solver-bench", section)
+    print(section)
     return 0
 
 
