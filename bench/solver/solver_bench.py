@@ -149,7 +149,8 @@ def markdown(
         "",
         f"{describe(info)} "
         f"Command: `python bench/solver/solver_bench.py --sizes {args.sizes} "
-        f"--budgets {args.budgets} --cases {args.cases} --seed {args.seed}`; raw runs in `bench/results/solver.json`.",
+        f"--budgets {args.budgets} --cases {args.cases} --seed {args.seed}`; "
+        "raw runs in `bench/results/solver.json`.",
         "",
         "Per case: 8 jobs of up to *size* containers (12 cores each), as many 24-core hosts as "
         "containers, weights drawn from {1..10}^3. *F/best*: median of F over the best F any "
