@@ -12,7 +12,8 @@ from clavis.documents import load_cluster, load_workload
 from clavis.instance import build_instance
 from clavis.model import Placement
 from clavis.objectives import Weights, evaluate, score, violations
-from clavis.placement import SolveOptions, place
+from clavis.placement import SolveOptions, fathom, place
+from clavis.placement.baselines import corerr
 from clavis.placement.cpsat import build_model, canonical, decode
 from clavis.placement.exact import TooLargeError, feasible_assignments
 from clavis.placement.symmetry import container_groups, host_types
@@ -187,3 +188,18 @@ def test_drained_and_down_hosts() -> None:
     for method in ("corerr", "noderr"):
         r = place(method, inst, Weights(1, 0, 0, 1), OPTS)
         assert r.assignment is not None and 2 not in r.assignment and 1 not in r.assignment
+
+
+def test_fathom_isolates_devil_jobs_among_turtles() -> None:
+    hosts = [host(f"h{i}", cores=8, domains=2) for i in range(4)]
+    jobs = [
+        {"name": "D", "containers": [container(f"d{i}", 4, mpki=15) for i in range(2)]},
+        {"name": "T", "containers": [container(f"t{i}", 4, mpki=0.5) for i in range(2)]},
+    ]
+    inst = instance(hosts, jobs)
+    packed, isolated = fathom.candidates(inst)
+    assert packed == corerr(inst)
+    assert evaluate(inst, packed).D == 8  # both devils of D on h0: the job lags
+    assert evaluate(inst, isolated).D == 0  # one devil and one turtle per host
+    assert violations(inst, isolated) == []
+    assert evaluate(inst, isolated).P == evaluate(inst, packed).P  # same hosts powered

@@ -22,6 +22,7 @@ from ortools.sat.python import cp_model
 
 from clavis.instance import Assignment, Instance
 from clavis.objectives import Bounds, Weights, bounds, score, violations
+from clavis.placement import fathom
 from clavis.placement.baselines import corerr, noderr
 from clavis.placement.result import PlacementResult, SolveOptions, Status, Stopwatch
 from clavis.placement.symmetry import Group, container_groups, host_types
@@ -373,12 +374,14 @@ def decode(inst: Instance, v: CpVars, value: dict[tuple[int, int], int]) -> Assi
 def warm_start(
     inst: Instance, weights: Weights, limits: Bounds, given: Assignment | None
 ) -> Assignment | None:
-    """The best of the given placement (usually the current one), CoreRR and NodeRR.
+    """The best of the given placement (usually the current one), CoreRR, NodeRR and the
+    greedy schedules of :mod:`clavis.placement.fathom`.
 
     CP-SAT's first solutions on large instances are poor; starting from a known good
     placement means the answer is never worse than the baselines it is compared with.
     """
-    candidates = [a for a in (given, corerr(inst), noderr(inst)) if a is not None]
+    made = [given, corerr(inst), noderr(inst), *fathom.candidates(inst)]
+    candidates = [a for a in made if a is not None]
     feasible = [a for a in candidates if not violations(inst, a)]
     if not feasible:
         return None
