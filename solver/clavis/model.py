@@ -8,6 +8,7 @@ from these classes (``clavis schema``), so the schema and the checks cannot drif
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Hashable, Iterable
 from typing import Annotated, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -20,6 +21,12 @@ Name = Annotated[
 ]
 ContainerClass = Literal["devil", "turtle"]
 HostState = Literal["up", "drain", "down"]
+
+
+def _refuse_duplicates(what: str, values: Iterable[Hashable]) -> None:
+    dup = [v for v, k in Counter(values).items() if k > 1]
+    if dup:
+        raise ValueError(f"duplicate {what} {dup[0]!r}")
 
 
 class _Strict(BaseModel):
@@ -111,9 +118,7 @@ class Cluster(_Strict):
     @field_validator("hosts")
     @classmethod
     def _unique_hosts(cls, hosts: list[Host]) -> list[Host]:
-        dup = [n for n, k in Counter(h.name for h in hosts).items() if k > 1]
-        if dup:
-            raise ValueError(f"duplicate host name {dup[0]!r}")
+        _refuse_duplicates("host name", (h.name for h in hosts))
         return hosts
 
 
@@ -177,13 +182,8 @@ class Workload(_Strict):
 
     @model_validator(mode="after")
     def _unique_names(self) -> Workload:
-        dup_jobs = [n for n, k in Counter(j.name for j in self.jobs).items() if k > 1]
-        if dup_jobs:
-            raise ValueError(f"duplicate job name {dup_jobs[0]!r}")
-        names = Counter(c.name for j in self.jobs for c in j.containers)
-        dup = [n for n, k in names.items() if k > 1]
-        if dup:
-            raise ValueError(f"duplicate container name {dup[0]!r}")
+        _refuse_duplicates("job name", (j.name for j in self.jobs))
+        _refuse_duplicates("container name", (c.name for j in self.jobs for c in j.containers))
         return self
 
     def classify(self, c: Container) -> ContainerClass:
@@ -267,9 +267,7 @@ class Front(_Strict):
     @field_validator("points")
     @classmethod
     def _unique_ids(cls, points: list[FrontPoint]) -> list[FrontPoint]:
-        dup = [i for i, k in Counter(p.id for p in points).items() if k > 1]
-        if dup:
-            raise ValueError(f"duplicate point id {dup[0]}")
+        _refuse_duplicates("point id", (p.id for p in points))
         return points
 
 

@@ -44,16 +44,23 @@ PROFILES: tuple[Profile, ...] = (
 )
 
 
+def host_document(
+    name: str, rack: str, cores: int, domains: int, watts: tuple[float, float, float]
+) -> dict[str, Any]:
+    """A host of ``cores`` in ``domains`` equal LLC domains; watts = (idle, peak, off)."""
+    return {
+        "name": name,
+        "rack": rack,
+        "cores": cores,
+        "domains": {"count": domains, "cores_per_domain": cores // domains},
+        "power": {"idle_w": watts[0], "peak_w": watts[1], "off_w": watts[2]},
+    }
+
+
 def parapluie_hosts(count: int, hosts_per_rack: int = 32) -> list[dict[str, Any]]:
     """Hosts shaped like the thesis's Parapluie nodes: 24 cores in 4 LLC domains."""
     return [
-        {
-            "name": f"n{i:04d}",
-            "rack": f"rack{i // hosts_per_rack:02d}",
-            "cores": 24,
-            "domains": {"count": 4, "cores_per_domain": 6},
-            "power": {"idle_w": 160.0, "peak_w": 280.0, "off_w": 12.0},
-        }
+        host_document(f"n{i:04d}", f"rack{i // hosts_per_rack:02d}", 24, 4, (160.0, 280.0, 12.0))
         for i in range(count)
     ]
 
@@ -109,16 +116,7 @@ def small_instance(rng: random.Random) -> tuple[Cluster, Workload, dict[str, str
     hosts: list[dict[str, Any]] = []
     for i in range(nhosts):
         rack = f"r{i % rng.randint(1, 2)}"
-        count = rng.choice([1, 2])
-        hosts.append(
-            {
-                "name": f"h{i}",
-                "rack": rack,
-                "cores": 4,
-                "domains": {"count": count, "cores_per_domain": 4 // count},
-                "power": {"idle_w": 50.0, "peak_w": 90.0, "off_w": 5.0},
-            }
-        )
+        hosts.append(host_document(f"h{i}", rack, 4, rng.choice([1, 2]), (50.0, 90.0, 5.0)))
     jobs: list[dict[str, Any]] = []
     left = rng.randint(3, 6)
     j = 0
@@ -170,14 +168,7 @@ def enumerable_instance(seed: int, hosts: int = 4, containers: int = 8) -> tuple
     class, traffic inside each job): every placement can be enumerated."""
     rng = random.Random(seed)
     host_docs = [
-        {
-            "name": f"h{i}",
-            "rack": f"r{i * 2 // hosts}",
-            "cores": 4,
-            "domains": {"count": 2, "cores_per_domain": 2},
-            "power": {"idle_w": 60.0, "peak_w": 100.0, "off_w": 6.0},
-        }
-        for i in range(hosts)
+        host_document(f"h{i}", f"r{i * 2 // hosts}", 4, 2, (60.0, 100.0, 6.0)) for i in range(hosts)
     ]
     jobs = []
     for j in range(containers // 2):
