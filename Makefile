@@ -6,10 +6,12 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint typecheck unit bench-solver bench-pareto schemas clean
 
-$(STAMP): solver/requirements.lock solver/pyproject.toml deploy/bootstrap/python.sh
+$(STAMP): solver/requirements.lock solver/pyproject.toml contracts/pyproject.toml \
+	    deploy/bootstrap/python.sh
 	bash deploy/bootstrap/python.sh
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check --require-hashes -r solver/requirements.lock
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e contracts
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e solver
 	touch $@
 
@@ -24,7 +26,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 
 typecheck: $(STAMP)
-	$(VENV)/bin/mypy solver/clavis bench/report.py bench/solver/solver_bench.py bench/pareto/pareto_bench.py
+	$(VENV)/bin/mypy solver/clavis contracts/clavis_contracts bench/report.py bench/solver/solver_bench.py bench/pareto/pareto_bench.py
 
 unit: $(STAMP)
 	$(VENV)/bin/pytest -q
@@ -39,6 +41,7 @@ bench-pareto: $(STAMP)
 
 schemas: $(STAMP)
 	$(VENV)/bin/clavis schema --write docs/schema
+	$(PY) -m clavis_contracts --write docs/schema
 
 clean:
 	rm -rf $(VENV)

@@ -1,0 +1,67 @@
+"""The migration contract between clavisd and the clavis-migrator agents.
+
+clavisd sends one :class:`MigrationStep` at a time to the agent on the step's source
+host (``POST /api/v1/steps``) and asks for its state (``GET /api/v1/steps/{step_id}``);
+both answer a :class:`StepStatus`. An agent MUST treat a step id it has seen before as a
+status query and never run it twice: that, and clavisd checking where a container runs
+before it dispatches, is what lets a restarted clavisd resume a plan without moving any
+container twice. A step is reversible until it commits: on any failure the container
+keeps running on its source host (state ``rolled_back``).
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal
+
+from pydantic import Field, model_validator
+
+from clavis_contracts.common import AwareDatetime, Name, Strict
+
+STEP_VERSION: Final = 1
+
+StepState = Literal[
+    "pending",  # planned, not sent
+    "dispatched",  # sent; the agent has not confirmed it yet
+    "accepted",  # the agent has it and will run it
+    "running",
+    "done",  # committed: the container runs on the target
+    "failed",  # did not happen; the container still runs on the source
+    "rolled_back",  # started, undone; the container still runs on the source
+]
+TERMINAL_STATES: Final = frozenset({"done", "failed", "rolled_back"})
+
+
+class MigrationStep(Strict):
+    schema_version: Literal[1] = STEP_VERSION
+    kind: Literal["clavis.migration-step"] = "clavis.migration-step"
+    step_id: str = Field(pattern=r"^[0-9]+:[0-9]+$", description="'<plan>:<index>', unique.")
+    plan: int = Field(ge=1)
+    index: int = Field(ge=0)
+    wave: int = Field(ge=0, description="Steps of one wave may run together.")
+    container: Name
+    source: Name = Field(description="Host the container runs on now.")
+    target: Name = Field(description="Host it moves to.")
+    target_address: str = Field(
+        max_length=256, description="Where the target host's migrator listens (host:port)."
+    )
+    memory_bytes: int = Field(ge=0)
+    cores: int = Field(ge=1)
+    deadline_s: float = Field(gt=0, le=86_400, description="Give up and roll back after this.")
+
+    @model_validator(mode="after")
+    def _moves(self) -> MigrationStep:
+        if self.source == self.target:
+            raise ValueError("source and target are the same host")
+        if self.step_id != f"{self.plan}:{self.index}":
+            raise ValueError(f"step_id must be '{self.plan}:{self.index}'")
+        return self
+
+
+class StepStatus(Strict):
+    schema_version: Literal[1] = STEP_VERSION
+    kind: Literal["clavis.step-status"] = "clavis.step-status"
+    step_id: str = Field(pattern=r"^[0-9]+:[0-9]+$")
+    state: StepState
+    message: str = Field(default="", max_length=4096)
+    updated: AwareDatetime
+    seconds: float | None = Field(default=None, ge=0, description="Duration once terminal.")

@@ -1,0 +1,94 @@
+"""The monitor report: what a compute host's clavis-monitor sends clavisd once per interval.
+
+One report per host and interval (thesis §5.4: the head node polls each node every few
+seconds; DINO §3.3.3 classifies on 1 s intervals). Limits bound the work one report can
+cause at the head node, so a broken or hostile agent cannot starve the others.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from clavis_contracts.common import AwareDatetime, Name, Strict
+
+REPORT_VERSION: Final = 1
+MAX_CONTAINERS: Final = 1024
+MAX_PEERS: Final = 4096
+
+# Where a container's memory intensity came from. "perf": hardware counters read now;
+# "recorded": counter values replayed from a recording (hosts without PMU access, tests);
+# "unsupported": no counters on this host, intensity_mpki is null.
+IntensitySource = Literal["perf", "recorded", "unsupported"]
+PowerSource = Literal["ipmi-dcmi", "ipmi-sensor", "rapl", "none"]
+
+
+class PowerReading(Strict):
+    watts: float | None = Field(ge=0, le=1_000_000, description="Host power; null if unknown.")
+    source: PowerSource
+
+    @model_validator(mode="after")
+    def _none_has_no_watts(self) -> PowerReading:
+        if (self.source == "none") != (self.watts is None):
+            raise ValueError("watts must be null exactly when source is 'none'")
+        return self
+
+
+class PeerTraffic(Strict):
+    """Bytes per second this container sent to one peer container over the interval."""
+
+    peer: Name = Field(description="Peer container (Slurm node) name.")
+    bytes_per_s: float = Field(ge=0, le=1e13)
+
+
+class ContainerSample(Strict):
+    name: Name = Field(description="Container name = Slurm node name.")
+    job: Name | None = Field(default=None, description="Slurm job running in it, if any.")
+    app: str | None = Field(
+        default=None,
+        max_length=256,
+        description="Application key for per-application class memory (executable or a "
+        "user-given hint); the job name is used when absent.",
+    )
+    cores: int = Field(ge=1, le=65536)
+    memory_bytes: int = Field(ge=0, le=2**50)
+    busy_cores: float = Field(ge=0, le=65536, description="Mean busy cores over the interval.")
+    intensity_mpki: float | None = Field(
+        ge=0,
+        le=1e6,
+        description="Off-chip requests (LLC misses + prefetches) per 1000 instructions.",
+    )
+    intensity_source: IntensitySource
+    traffic: list[PeerTraffic] = Field(default_factory=list, max_length=MAX_PEERS)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ContainerSample:
+        if (self.intensity_source == "unsupported") != (self.intensity_mpki is None):
+            raise ValueError("intensity_mpki must be null exactly when intensity_source is "
+                             "'unsupported'")  # fmt: skip
+        peers = [t.peer for t in self.traffic]
+        if len(set(peers)) != len(peers):
+            raise ValueError("traffic lists a peer twice")
+        if self.name in peers:
+            raise ValueError(f"traffic of {self.name!r} lists itself as a peer")
+        return self
+
+
+class MonitorReport(Strict):
+    schema_version: Literal[1] = REPORT_VERSION
+    kind: Literal["clavis.report"] = "clavis.report"
+    host: Name
+    timestamp: AwareDatetime = Field(description="End of the sampled interval.")
+    interval_s: float = Field(gt=0, le=3600, description="Length of the sampled interval.")
+    busy_cores: float = Field(ge=0, le=65536, description="Mean busy cores of the whole host.")
+    power: PowerReading
+    containers: list[ContainerSample] = Field(default_factory=list, max_length=MAX_CONTAINERS)
+
+    @field_validator("containers")
+    @classmethod
+    def _unique(cls, containers: list[ContainerSample]) -> list[ContainerSample]:
+        names = [c.name for c in containers]
+        if len(set(names)) != len(names):
+            raise ValueError("a container is listed twice")
+        return containers
