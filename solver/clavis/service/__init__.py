@@ -1,0 +1,1 @@
+"""clavisd, the head-node service: store, REST API, ingest, classification, repacking, plans."""

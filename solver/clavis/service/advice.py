@@ -1,0 +1,56 @@
+"""The advice file for select_clavis.so: per Slurm node its host, rack and contention.
+
+Written with an atomic rename, so the plugin reads the old file or the new one, never
+half of one. Contention per host follows D's definition (docs/objectives.md) through the
+one evaluator; a host without a recent report is "unknown".
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Literal
+
+from clavis.documents import InputError, write_json_atomic
+from clavis.instance import build_instance
+from clavis.objectives import contended_hosts
+from clavis.service.snapshot import Snapshot
+from clavis_contracts import AdviceFile, AdviceNode
+from clavis_contracts.advice import Contention
+
+
+def build(snap: Snapshot, now: float, valid_s: float) -> AdviceFile:
+    racks = {h.name: h.rack for h in snap.cluster.hosts}
+    stale = {h.name for h in snap.cluster.hosts if h.state != "up"}
+    state: dict[str, Contention] = {}
+    classes: dict[str, Literal["devil", "turtle"]] = {}
+    if snap.workload is not None:
+        try:
+            inst = build_instance(snap.cluster, snap.workload, snap.current, "current placement")
+        except InputError:
+            inst = None
+        if inst is not None:
+            current = tuple(h if h is not None else 0 for h in inst.current)
+            hot = contended_hosts(inst, current)
+            has_devil = {inst.hosts[h].name for c, h in zip(inst.containers, current, strict=True)
+                         if c.devil}  # fmt: skip
+            for i, h in enumerate(inst.hosts):
+                state[h.name] = "contended" if i in hot else "ok" if h.name in has_devil \
+                    else "devil-free"  # fmt: skip
+            classes = {c.name: "devil" if c.devil else "turtle" for c in inst.containers}
+    nodes = [
+        AdviceNode(
+            node=node, host=host, rack=racks[host],
+            contention="unknown" if host in stale else state.get(host, "unknown"),
+            node_class=classes.get(node, "unknown"),
+        )
+        for node, host in sorted(snap.current.assignment.items())
+        if host in racks
+    ]  # fmt: skip
+    return AdviceFile(generated=dt.datetime.fromtimestamp(now, dt.UTC), valid_s=valid_s,
+                      nodes=nodes)  # fmt: skip
+
+
+def publish(path: Path, advice: AdviceFile) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path, advice.model_dump(mode="json"))

@@ -1,0 +1,62 @@
+"""clavisd's side of the migration contract: signed calls to the clavis-migrator agents.
+
+Contract (``clavis_contracts.migration``): ``POST /api/v1/steps`` with a MigrationStep,
+``GET /api/v1/steps/{step_id}``; both answer a StepStatus. Requests are signed with the
+shared secret like every agent request.
+"""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+from pydantic import ValidationError
+
+from clavis_contracts import MigrationStep, StepStatus
+from clavis_contracts.signing import sign
+
+
+class AgentUnavailableError(Exception):
+    """No migrator agent answered; nothing was started."""
+
+
+class AgentProtocolError(Exception):
+    """An agent answered, but not with a valid StepStatus."""
+
+
+class MigratorClient:
+    def __init__(self, secret: bytes, address_template: str, timeout_s: float) -> None:
+        self._secret = secret
+        self.template = address_template
+        self.timeout_s = timeout_s
+
+    def __repr__(self) -> str:
+        return f"MigratorClient({self.template!r})"
+
+    def address(self, host: str) -> str:
+        return self.template.replace("{host}", host)
+
+    def _call(self, host: str, method: str, path: str, body: bytes) -> StepStatus:
+        url = f"http://{self.address(host)}{path}"
+        headers = sign(self._secret, method, path, body, time.time())
+        headers["Content-Type"] = "application/json"
+        try:
+            r = httpx.request(method, url, content=body, headers=headers, timeout=self.timeout_s)
+        except httpx.HTTPError as exc:
+            raise AgentUnavailableError(
+                f"no migrator agent answered on host {host} ({self.address(host)}): {exc}"
+            ) from exc
+        if r.status_code >= 400:
+            raise AgentProtocolError(f"migrator on {host} answered {r.status_code}: {r.text[:300]}")
+        try:
+            return StepStatus.model_validate_json(r.content)
+        except ValidationError as exc:
+            raise AgentProtocolError(
+                f"migrator on {host} sent an invalid StepStatus: {exc}"
+            ) from exc
+
+    def send(self, step: MigrationStep) -> StepStatus:
+        return self._call(step.source, "POST", "/api/v1/steps", step.model_dump_json().encode())
+
+    def status(self, host: str, step_id: str) -> StepStatus:
+        return self._call(host, "GET", f"/api/v1/steps/{step_id}", b"")

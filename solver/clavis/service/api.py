@@ -1,0 +1,262 @@
+"""The REST API (/api/v1): ingest for agents, read-only views, admin actions.
+
+Every error is a JSON ``{"detail": ...}`` with a 4xx status that says what was wrong;
+an unauthenticated request learns nothing but that it is unauthenticated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from typing import TYPE_CHECKING, Annotated, Any
+
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
+from fastapi.openapi.utils import get_openapi
+from pydantic import ValidationError
+
+from clavis.documents import describe
+from clavis.model import WeightsFile
+from clavis.service import schemas as s
+from clavis.service.auth import AuthError, Role, check_password, token_digest
+from clavis_contracts import MonitorReport
+from clavis_contracts.signing import SIGNATURE
+
+if TYPE_CHECKING:
+    from clavis.service.daemon import Clavisd
+
+API = "/api/v1"
+_ERR = {"model": s.ErrorBody}
+_AUTH_ERRORS: dict[int | str, dict[str, Any]] = {401: _ERR, 403: _ERR}
+
+
+def _d(request: Request) -> Clavisd:
+    d: Clavisd = request.app.state.clavisd
+    return d
+
+
+async def _signed(request: Request, body: bytes) -> None:
+    d = _d(request)
+    try:
+        d.auth.check(request.method, request.url.path, body, dict(request.headers), time.time())
+    except AuthError as exc:
+        raise HTTPException(401, f"unauthenticated: {exc}") from None
+
+
+def require(role: Role) -> Any:
+    """A dependency: a logged-in user with ``role`` (admin also passes viewer checks), or a
+    request signed with the shared secret (root on the head node, e.g. `clavis repack`)."""
+
+    async def dep(request: Request) -> str:
+        auth = request.headers.get("authorization", "")
+        if auth.lower().startswith("bearer "):
+            found = _d(request).store.session(token_digest(auth[7:].strip()), time.time())
+            if found is None:
+                raise HTTPException(401, "unauthenticated: unknown or expired session")
+            user, have = found
+            if role == "admin" and have != "admin":
+                raise HTTPException(403, f"forbidden: {role} role required")
+            return user
+        if SIGNATURE.lower() in {k.lower() for k in request.headers}:
+            await _signed(request, await request.body())
+            return "root"
+        raise HTTPException(401, "unauthenticated: log in or sign the request")
+
+    return Depends(dep)
+
+
+Viewer = Annotated[str, require("viewer")]
+Admin = Annotated[str, require("admin")]
+router = APIRouter(prefix=API)
+
+
+@router.get("/health", response_model=s.Health)
+def health(request: Request) -> s.Health:
+    d = _d(request)
+    return s.Health(
+        status="ok", schema_versions=d.schema_versions, reports_stored=d.ingestor.stored
+    )
+
+
+_REPORT_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: _ERR, 409: _ERR, 413: _ERR, 422: _ERR, 503: _ERR,
+}  # fmt: skip
+
+
+@router.post(
+    "/reports",
+    status_code=202,
+    response_model=s.ReportAccepted,
+    responses=_REPORT_ERRORS,
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {"schema": {"$ref": "#/components/schemas/MonitorReport"}}
+            },
+        }
+    },
+)
+async def post_report(request: Request) -> s.ReportAccepted:
+    """A monitor's report (signed). 413 oversize, 401 unauthenticated, 422 malformed,
+    unknown host, stale or from the future, 409 not newer than the host's last report."""
+    d = _d(request)
+    limit = d.config.ingest.max_report_bytes
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise HTTPException(413, f"report is {declared} bytes; the limit is {limit}")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise HTTPException(413, f"report exceeds the limit of {limit} bytes")
+    await _signed(request, bytes(body))
+    try:
+        report = MonitorReport.model_validate_json(bytes(body))
+    except ValidationError as exc:
+        raise HTTPException(422, f"malformed report: {describe(exc, None)}") from None
+    ts = report.timestamp.timestamp()
+    now = time.time()
+    if report.host not in d.host_names:
+        raise HTTPException(422, f"unknown host {report.host!r}: not in the cluster file")
+    if ts < now - d.config.ingest.max_report_age_s:
+        raise HTTPException(422, f"stale report: {now - ts:.0f} s old (limit "
+                                 f"{d.config.ingest.max_report_age_s:g} s)")  # fmt: skip
+    if ts > now + d.config.ingest.max_future_s:
+        raise HTTPException(422, f"report timestamp is {ts - now:.0f} s in the future")
+    last = d.last_report.get(report.host)
+    if last is not None and ts <= last:
+        raise HTTPException(409, f"report is not newer than the last one from {report.host!r}")
+    d.last_report[report.host] = ts
+    try:
+        done = d.ingestor.submit(report)
+    except Exception:
+        d.last_report[report.host] = last if last is not None else 0.0
+        raise HTTPException(503, "ingest queue full; retry later") from None
+    try:
+        await asyncio.wrap_future(done)
+    except RuntimeError:
+        raise HTTPException(503, "report could not be stored; retry later") from None
+    return s.ReportAccepted(host=report.host, timestamp=ts, containers=len(report.containers))
+
+
+@router.post("/login", response_model=s.LoginOut, responses={401: _ERR})
+def login(request: Request, body: s.LoginIn) -> s.LoginOut:
+    d = _d(request)
+    user = next((u for u in d.config.users if u.name == body.user), None)
+    # Check a password even for an unknown user, so timing does not reveal who exists.
+    stored = user.password_scrypt if user else d.dummy_hash
+    if not check_password(body.password, stored) or user is None:
+        raise HTTPException(401, "unauthenticated: wrong user or password")
+    token = secrets.token_urlsafe(32)
+    expires = time.time() + d.config.security.session_ttl_s
+    d.store.add_session(token_digest(token), user.name, user.role, expires)
+    return s.LoginOut(token=token, role=user.role, expires=expires)
+
+
+@router.get("/hosts", response_model=list[s.HostOut], responses=_AUTH_ERRORS)
+def hosts(request: Request, _: Viewer) -> list[s.HostOut]:
+    return [s.HostOut(**h) for h in _d(request).store.hosts()]
+
+
+@router.get("/containers", response_model=list[s.ContainerOut], responses=_AUTH_ERRORS)
+def containers(request: Request, _: Viewer) -> list[s.ContainerOut]:
+    return [s.ContainerOut(**c) for c in _d(request).store.containers()]
+
+
+@router.get("/jobs", response_model=list[s.JobOut], responses=_AUTH_ERRORS)
+def jobs(request: Request, _: Viewer) -> list[s.JobOut]:
+    return [s.JobOut(**j) for j in _d(request).store.jobs()]
+
+
+@router.get("/power-models", response_model=list[s.PowerModelOut], responses=_AUTH_ERRORS)
+def power_models(request: Request, _: Viewer) -> list[s.PowerModelOut]:
+    return [s.PowerModelOut(**m) for m in _d(request).store.power_models().values()]
+
+
+@router.post("/power-models/fit", response_model=s.PowerFitOut, responses=_AUTH_ERRORS)
+def fit_power_models(request: Request, _: Admin) -> s.PowerFitOut:
+    fitted, refused = _d(request).fit_power_models(time.time())
+    return s.PowerFitOut(fitted=[s.PowerModelOut(**m) for m in fitted], refused=refused)
+
+
+@router.get("/weights", response_model=s.WeightsOut, responses=_AUTH_ERRORS)
+def weights(request: Request, _: Viewer) -> s.WeightsOut:
+    w, source = _d(request).weights()
+    return s.WeightsOut(P=w.P, D=w.D, C=w.C, M=w.M, source=source)
+
+
+@router.post("/weights", response_model=s.WeightsOut, responses={**_AUTH_ERRORS, 422: _ERR})
+async def set_weights(request: Request, user: Admin) -> s.WeightsOut:
+    """Make a weights file of `clavis calibrate` (docs/schema/weights.schema.json) current."""
+    body = await request.body()
+    try:
+        doc = WeightsFile.model_validate_json(body)
+    except ValidationError as exc:
+        raise HTTPException(422, f"malformed weights file: {describe(exc, None)}") from None
+    d = _d(request)
+    d.store.add_weights(doc.model_dump_json(), user, time.time())
+    w, source = d.weights()
+    return s.WeightsOut(P=w.P, D=w.D, C=w.C, M=w.M, source=source)
+
+
+def plan_out(d: Clavisd, plan_id: int) -> s.PlanOut:
+    p = d.store.plan(plan_id)
+    if p is None:
+        raise HTTPException(404, f"no plan {plan_id}")
+    steps = [s.StepOut(**{k: v for k, v in vars(st).items() if k != "plan"})
+             for st in d.store.steps(plan_id)]  # fmt: skip
+    return s.PlanOut(**vars(p), steps=steps)
+
+
+@router.get("/plans", response_model=list[s.PlanOut], responses=_AUTH_ERRORS)
+def plans(request: Request, _: Viewer) -> list[s.PlanOut]:
+    d = _d(request)
+    return [plan_out(d, p.id) for p in d.store.plans()]
+
+
+@router.get("/plans/{plan_id}", response_model=s.PlanOut, responses={**_AUTH_ERRORS, 404: _ERR})
+def plan(request: Request, plan_id: int, _: Viewer) -> s.PlanOut:
+    return plan_out(_d(request), plan_id)
+
+
+@router.post("/repack", response_model=s.RepackOut, responses={**_AUTH_ERRORS, 422: _ERR})
+async def repack(request: Request, body: s.RepackIn, _: Admin) -> s.RepackOut:
+    """Snapshot, solve and plan; with ``apply``, start the plan (thesis §5.5.3 loop)."""
+    d = _d(request)
+    return await asyncio.to_thread(d.repack_once, body.apply)
+
+
+@router.post("/plans/{plan_id}/apply", response_model=s.PlanOut,
+             responses={**_AUTH_ERRORS, 404: _ERR, 409: _ERR})  # fmt: skip
+async def apply_plan(request: Request, plan_id: int, _: Admin) -> s.PlanOut:
+    d = _d(request)
+    plan_out(d, plan_id)
+    try:
+        await asyncio.to_thread(d.start_plan, plan_id)
+    except ValueError as exc:
+        raise HTTPException(409, str(exc)) from None
+    return plan_out(d, plan_id)
+
+
+def create_app(d: Clavisd) -> FastAPI:
+    app = FastAPI(title="clavisd", version="1", openapi_url=f"{API}/openapi.json",
+                  docs_url=None, redoc_url=None)  # fmt: skip
+    app.state.clavisd = d
+    app.include_router(router)
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema:
+            return app.openapi_schema
+        doc = get_openapi(title=app.title, version=app.version, routes=app.routes)
+        # The report body is read raw (its signature covers the exact bytes), so its
+        # schema is added here from the contract rather than inferred from a parameter.
+        report = MonitorReport.model_json_schema(ref_template="#/components/schemas/{model}")
+        comps = doc.setdefault("components", {}).setdefault("schemas", {})
+        comps.update(report.pop("$defs", {}))
+        comps["MonitorReport"] = report
+        app.openapi_schema = doc
+        return doc
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    return app

@@ -1,0 +1,105 @@
+"""Who may call clavisd: agents by HMAC-signed requests, people by login and role.
+
+Agents (monitors, migrators) share one secret read from a root-only file; the request
+signing itself lives in ``clavis_contracts.signing`` so agents import it without the
+solver. UI users log in with a password (scrypt hashes in the config) and get a bearer
+token; the ``admin`` role may change weights and apply plans, ``viewer`` only reads.
+The secret and passwords never reach a log line or an error message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import stat
+import threading
+from pathlib import Path
+from typing import Final, Literal
+
+from clavis_contracts.signing import NonceCache, SignatureError, read_secret, verify
+
+Role = Literal["admin", "viewer"]
+_SCRYPT_N: Final = 2**14
+_SCRYPT_R: Final = 8
+_SCRYPT_P: Final = 1
+
+
+class AuthError(Exception):
+    """Authentication failed; the message is safe to return to the caller."""
+
+
+class SecretFileError(Exception):
+    """The shared secret file is missing, readable by others, or too short."""
+
+
+def load_secret(path: Path) -> bytes:
+    try:
+        st = path.stat()
+        data = path.read_bytes()
+    except OSError as exc:
+        raise SecretFileError(f"{path}: cannot read the shared secret: {exc.strerror}") from exc
+    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise SecretFileError(
+            f"{path}: the shared secret must be readable by its owner only (chmod 600)"
+        )
+    try:
+        return read_secret(data)
+    except ValueError as exc:
+        raise SecretFileError(f"{path}: {exc}") from exc
+
+
+def hash_password(password: str, salt: bytes | None = None) -> str:
+    salt = salt or secrets.token_bytes(16)
+    digest = hashlib.scrypt(
+        password.encode(), salt=salt, n=_SCRYPT_N, r=_SCRYPT_R, p=_SCRYPT_P, dklen=32
+    )
+    return f"scrypt${_SCRYPT_N}${_SCRYPT_R}${_SCRYPT_P}${salt.hex()}${digest.hex()}"
+
+
+def check_password(password: str, stored: str) -> bool:
+    try:
+        kind, n, r, p, salt, digest = stored.split("$")
+        if kind != "scrypt":
+            return False
+        got = hashlib.scrypt(
+            password.encode(), salt=bytes.fromhex(salt), n=int(n), r=int(r), p=int(p),
+            dklen=len(bytes.fromhex(digest)),
+        )  # fmt: skip
+    except ValueError:
+        return False
+    return hmac.compare_digest(got.hex(), digest)
+
+
+def token_digest(token: str) -> str:
+    """Sessions are stored by the SHA-256 of their token: a leaked store grants nothing."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class AgentAuth:
+    """Verifies signed agent requests; thread-safe (the nonce cache is shared)."""
+
+    def __init__(self, secret: bytes, max_skew_s: float, not_before: float) -> None:
+        self._secret = secret
+        self.max_skew_s = max_skew_s
+        self.not_before = not_before
+        self._nonces = NonceCache(window_s=max_skew_s)
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:  # never show the secret, even in a traceback
+        return f"AgentAuth(max_skew_s={self.max_skew_s})"
+
+    @property
+    def secret(self) -> bytes:
+        return self._secret
+
+    def check(
+        self, method: str, path: str, body: bytes, headers: dict[str, str], now: float
+    ) -> None:
+        with self._lock:
+            try:
+                verify(self._secret, method, path, body, headers, now=now,
+                       max_skew_s=self.max_skew_s, nonces=self._nonces,
+                       not_before=self.not_before)  # fmt: skip
+            except SignatureError as exc:
+                raise AuthError(str(exc)) from exc

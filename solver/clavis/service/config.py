@@ -1,0 +1,116 @@
+"""clavisd configuration: ``/etc/clavis/clavis.toml`` (path overridable), every option
+with a default; ``docs/clavisd.md`` lists them. Unknown keys are errors, and every
+problem is reported at once at load time."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Annotated, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from clavis.documents import describe
+
+DEFAULT_PATH: Final = Path("/etc/clavis/clavis.toml")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class ServerConfig(_Section):
+    listen: str = "127.0.0.1"
+    port: int = Field(default=7780, ge=1, le=65535)
+
+
+class StoreConfig(_Section):
+    url: str = "sqlite:////var/lib/clavis/clavis.db"
+
+
+class SecurityConfig(_Section):
+    secret_file: Path = Path("/etc/clavis/secret")
+    max_skew_s: float = Field(default=30.0, gt=0, le=3600)
+    session_ttl_s: float = Field(default=8 * 3600.0, gt=0)
+
+
+class User(_Section):
+    name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._-]+$")]
+    role: Literal["admin", "viewer"]
+    password_scrypt: str = Field(description="Output of `clavis hash-password`.")
+
+
+class IngestConfig(_Section):
+    max_report_bytes: int = Field(default=256 * 1024, ge=1024)
+    max_report_age_s: float = Field(default=120.0, gt=0)
+    max_future_s: float = Field(default=30.0, ge=0)
+    batch_max: int = Field(default=500, ge=1)
+    batch_wait_ms: float = Field(default=20.0, ge=0)
+
+
+class RetentionConfig(_Section):
+    raw_s: float = Field(default=3600.0, gt=0, description="Keep samples at full resolution.")
+    keep_s: float = Field(default=7 * 86400.0, gt=0, description="Drop samples older than this.")
+    bucket_s: float = Field(default=60.0, gt=0, description="Downsampled resolution.")
+
+
+class ClassifyConfig(_Section):
+    devil_threshold_mpki: float = Field(default=4.5, gt=0)
+    host_thresholds: dict[str, float] = Field(
+        default_factory=dict, description="Host name prefix -> threshold (per host model)."
+    )
+    window: int = Field(default=10, ge=1, le=1000)
+    votes: int = Field(default=7, ge=1, le=1000)
+
+
+class RepackConfig(_Section):
+    interval_s: float = Field(default=60.0, ge=0, description="Internal loop; 0 = off.")
+    margin: float = Field(default=0.02, ge=0, le=1)
+    method: str = "cpsat"
+    time_limit_s: float = Field(default=60.0, gt=0)
+    workers: int = Field(default=2, ge=0)
+    parallelism: int = Field(default=2, ge=1)
+    step_deadline_s: float = Field(default=600.0, gt=0)
+    poll_s: float = Field(default=1.0, gt=0)
+    default_weights: tuple[float, float, float, float] = (0.15, 1.94, 0.68, 0.5)
+
+
+class MigratorConfig(_Section):
+    address: str = Field(default="{host}:7781", description="Agent address; {host} is replaced.")
+    timeout_s: float = Field(default=5.0, gt=0)
+
+
+class AdviceConfig(_Section):
+    path: Path = Path("/run/clavis/advice.json")
+    valid_s: float = Field(default=180.0, gt=0)
+
+
+class Config(_Section):
+    cluster_file: Path = Path("/etc/clavis/cluster.yaml")
+    server: ServerConfig = ServerConfig()
+    store: StoreConfig = StoreConfig()
+    security: SecurityConfig = SecurityConfig()
+    users: list[User] = Field(default_factory=list)
+    ingest: IngestConfig = IngestConfig()
+    retention: RetentionConfig = RetentionConfig()
+    classify: ClassifyConfig = ClassifyConfig()
+    repack: RepackConfig = RepackConfig()
+    migrator: MigratorConfig = MigratorConfig()
+    advice: AdviceConfig = AdviceConfig()
+
+
+class ConfigError(Exception):
+    """The configuration file is unreadable or invalid; the message lists every problem."""
+
+
+def load_config(path: Path = DEFAULT_PATH) -> Config:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"{path}: {describe(exc, data)}") from exc

@@ -1,0 +1,210 @@
+"""``clavisd``: the head-node service process (API server, ingest writer, repack loop).
+
+    clavisd [--config /etc/clavis/clavis.toml]
+
+Exit codes: 0 stopped cleanly, 2 bad configuration, cluster file or secret file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import uvicorn
+
+from clavis.documents import InputError, load_cluster
+from clavis.model import WeightsFile
+from clavis.objectives import Weights
+from clavis.service import advice, snapshot
+from clavis.service.agents import MigratorClient
+from clavis.service.api import create_app, plan_out
+from clavis.service.auth import AgentAuth, SecretFileError, hash_password, load_secret
+from clavis.service.config import DEFAULT_PATH, Config, ConfigError, load_config
+from clavis.service.ingest import Ingestor
+from clavis.service.power import FitError, fit
+from clavis.service.repack import Executor, decide
+from clavis.service.schemas import PlanOut, RepackOut
+from clavis.service.store import Store, StoreError
+from clavis.service.tables import MIGRATIONS
+
+log = logging.getLogger("clavisd")
+EXIT_BAD_CONFIG = 2
+
+
+class Clavisd:
+    """Everything one clavisd process holds; the API and the loops call into it."""
+
+    def __init__(self, config: Config, secret: bytes, now: float | None = None) -> None:
+        self.config = config
+        self.started = now if now is not None else time.time()
+        self.cluster = load_cluster(config.cluster_file)
+        self.host_names = {h.name for h in self.cluster.hosts}
+        self.store = Store(config.store.url, self.started)
+        self.store.sync_hosts(self.cluster)
+        self.schema_versions = sorted(v for v, _, _ in MIGRATIONS)
+        self.auth = AgentAuth(secret, config.security.max_skew_s, not_before=self.started)
+        self.last_report: dict[str, float] = self.store.last_reports()
+        ing = config.ingest
+        self.ingestor = Ingestor(self.store, config.classify, ing.batch_max,
+                                 ing.batch_wait_ms / 1000)  # fmt: skip
+        self.executor = Executor(
+            self.store,
+            MigratorClient(secret, config.migrator.address, config.migrator.timeout_s),
+            config.repack,
+        )
+        self.dummy_hash = hash_password("not a password of any user")
+        self._stop = threading.Event()
+        self._loop = threading.Thread(target=self._maintain, name="maintenance", daemon=True)
+        self._repack_lock = threading.Lock()
+
+    # --- lifecycle --------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.ingestor.start()
+        resumed = self.executor.resume()
+        if resumed:
+            log.info("resumed plans %s", resumed)
+        self._loop.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.executor.stop()
+        self.ingestor.stop()
+        if self._loop.is_alive():
+            self._loop.join(timeout=5)
+        self.store.close()
+
+    def _maintain(self) -> None:
+        """Advice every few seconds, retention every 10 minutes, repack every interval."""
+        cfg = self.config
+        next_retention = 0.0
+        next_repack = time.monotonic() + cfg.repack.interval_s
+        period = min(10.0, cfg.advice.valid_s / 3)
+        while not self._stop.wait(period):
+            try:
+                self.publish_advice()
+                if time.monotonic() >= next_retention:
+                    r = cfg.retention
+                    self.store.apply_retention(time.time(), r.raw_s, r.keep_s, r.bucket_s)
+                    next_retention = time.monotonic() + 600
+                if cfg.repack.interval_s > 0 and time.monotonic() >= next_repack:
+                    out = self.repack_once(apply=True)
+                    log.info("repack decision=%s %s", out.decision, out.message)
+                    next_repack = time.monotonic() + cfg.repack.interval_s
+            except Exception:  # the loop must outlive any one failure; it is logged
+                log.exception("maintenance pass failed")
+
+    # --- actions ----------------------------------------------------------------------
+
+    def snapshot(self, now: float) -> snapshot.Snapshot:
+        return snapshot.take(
+            self.cluster,
+            hosts=self.store.hosts(),
+            containers=self.store.containers(),
+            power_models=self.store.power_models(),
+            now=now,
+            fresh_s=self.config.ingest.max_report_age_s,
+            threshold_mpki=self.config.classify.devil_threshold_mpki,
+        )
+
+    def publish_advice(self) -> None:
+        now = time.time()
+        doc = advice.build(self.snapshot(now), now, self.config.advice.valid_s)
+        advice.publish(self.config.advice.path, doc)
+
+    def weights(self) -> tuple[Weights, Literal["calibrated", "configured"]]:
+        doc = self.store.current_weights()
+        if doc is not None:
+            w = WeightsFile.model_validate_json(doc).weights
+            return Weights(w.P, w.D, w.C, w.M), "calibrated"
+        return Weights(*self.config.repack.default_weights), "configured"
+
+    def fit_power_models(self, now: float) -> tuple[list[dict[str, Any]], dict[str, str]]:
+        fitted, refused = [], {}
+        since = now - self.config.retention.keep_s
+        for h in self.cluster.hosts:
+            x, y = self.store.power_samples(h.name, since)
+            try:
+                f = fit(x, y)
+            except FitError as exc:
+                refused[h.name] = str(exc)
+                continue
+            self.store.save_power_model(h.name, f, now)
+            fitted.append(self.store.power_models()[h.name])
+        return fitted, refused
+
+    def repack_once(self, apply: bool) -> RepackOut:
+        busy = RepackOut(decision="busy", f_current=None, f_target=None, plan=None,
+                         message="a repack or a plan is already running")  # fmt: skip
+        if not self._repack_lock.acquire(blocking=False):
+            return busy
+        try:
+            if self.executor.busy():
+                return busy
+            now = time.time()
+            weights, _ = self.weights()
+            d = decide(self.snapshot(now), weights, self.config.repack)
+            if d.plan is None:
+                return RepackOut(decision=d.decision, f_current=d.f_current,
+                                 f_target=d.f_target, message=d.message, plan=None)  # fmt: skip
+            for old in self.store.plans(["pending"]):
+                self.store.set_plan(old.id, "superseded", "a newer plan replaced it", now)
+            steps = [{"idx": s.index, "wave": s.wave, "container": s.move.container,
+                      "source": s.move.source, "target": s.move.target, "cores": s.move.cores,
+                      "memory_bytes": s.move.memory_bytes} for s in d.plan.steps]  # fmt: skip
+            summary = {"message": d.message, "contended": list(d.contended),
+                       "deferred": [m.container for m in d.plan.deferred],
+                       "weights": list(weights.as_tuple())}  # fmt: skip
+            plan_id = self.store.create_plan(d.f_current or 0.0, d.f_target or 0.0, summary,
+                                             steps, now)  # fmt: skip
+            message = d.message
+            if apply:
+                self.executor.start(plan_id)
+                p = self.store.plan(plan_id)
+                message = p.message or message if p else message
+            out: PlanOut = plan_out(self, plan_id)
+            return RepackOut(decision="planned", f_current=d.f_current, f_target=d.f_target,
+                             message=message, plan=out)  # fmt: skip
+        finally:
+            self._repack_lock.release()
+
+    def start_plan(self, plan_id: int) -> None:
+        self.executor.start(plan_id)
+
+
+def build(config_path: Path) -> Clavisd:
+    config = load_config(config_path)
+    secret = load_secret(config.security.secret_file)
+    return Clavisd(config, secret)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="clavisd", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p.add_argument("--config", default=str(DEFAULT_PATH), help=f"default {DEFAULT_PATH}")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    args = p.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")  # fmt: skip
+    try:
+        d = build(Path(args.config))
+    except (ConfigError, SecretFileError, InputError, StoreError) as exc:
+        print(f"clavisd: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_CONFIG
+    d.start()
+    try:
+        uvicorn.run(create_app(d), host=d.config.server.listen, port=d.config.server.port,
+                    log_level=args.log_level, access_log=False)  # fmt: skip
+    finally:
+        d.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

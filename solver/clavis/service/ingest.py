@@ -1,0 +1,238 @@
+"""Ingest: validated monitor reports → samples, container state and classes, in batches.
+
+The API validates and authenticates each report by itself before it reaches this
+module, so a malformed report never touches the store. Accepted reports queue for one
+writer thread that commits them in batches (group commit: many reports per fsync) and
+answers each report only once its batch is durable. If a batch fails, its reports are
+retried one by one, so one failing report cannot take another host's data with it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Connection, bindparam, insert
+from sqlalchemy import update as sql_update
+
+from clavis.service import tables as t
+from clavis.service.classify import (
+    ClassState,
+    Hysteresis,
+    Klass,
+    job_class,
+    observe,
+    remembered,
+    threshold_for,
+    vote,
+)
+from clavis.service.config import ClassifyConfig
+from clavis.service.store import Store, upsert
+from clavis_contracts import MonitorReport
+
+log = logging.getLogger("clavisd.ingest")
+
+
+@dataclass
+class _Pending:
+    report: MonitorReport
+    done: Future[None]
+
+
+@dataclass
+class ClassBook:
+    """In-memory classification state, loaded from the store and written back with it."""
+
+    containers: dict[str, ClassState] = field(default_factory=dict)
+    container_job: dict[str, str | None] = field(default_factory=dict)
+    jobs: dict[str, Klass | None] = field(default_factory=dict)
+    apps: dict[str, Klass] = field(default_factory=dict)
+
+    @staticmethod
+    def load(store: Store) -> ClassBook:
+        book = ClassBook()
+        for c in store.containers():
+            book.containers[c["name"]] = ClassState(c["klass"], c["class_source"], c["votes"])
+            book.container_job[c["name"]] = c["job"]
+        for j in store.jobs():
+            book.jobs[j["name"]] = j["klass"]
+        book.apps = {a: k for a, k in store.app_classes().items() if k in ("devil", "turtle")}  # type: ignore[misc]
+        return book
+
+
+@dataclass
+class _Staged:
+    """What one batch changes: rows to write and the class book after it."""
+
+    host_samples: list[dict[str, Any]] = field(default_factory=list)
+    container_samples: list[dict[str, Any]] = field(default_factory=list)
+    hosts: list[dict[str, Any]] = field(default_factory=list)
+    containers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    changes: list[dict[str, Any]] = field(default_factory=list)
+    states: dict[str, ClassState] = field(default_factory=dict)
+    touched_jobs: dict[str, str] = field(default_factory=dict)  # job -> app
+
+
+def stage(reports: list[MonitorReport], book: ClassBook, cfg: ClassifyConfig) -> _Staged:
+    """Rows and class changes for a batch (pure with respect to the store)."""
+    rule = Hysteresis(cfg.window, cfg.votes)
+    out = _Staged()
+    for r in reports:
+        ts = r.timestamp.timestamp()
+        out.host_samples.append({"host": r.host, "ts": ts, "resolution_s": r.interval_s,
+                                 "busy_cores": r.busy_cores, "watts": r.power.watts,
+                                 "power_source": r.power.source})  # fmt: skip
+        out.hosts.append({"b_name": r.host, "b_ts": ts, "b_busy": r.busy_cores,
+                          "b_watts": r.power.watts})  # fmt: skip
+        threshold = threshold_for(r.host, cfg.devil_threshold_mpki, cfg.host_thresholds)
+        for c in r.containers:
+            traffic = json.dumps({p.peer: p.bytes_per_s for p in c.traffic})
+            app = c.app or c.job
+            prev = out.states.get(c.name) or book.containers.get(c.name)
+            if prev is None or book.container_job.get(c.name) != c.job:
+                # A new container, or a new job on it: start from the application's class.
+                prev = remembered(book.apps.get(app) if app else None)
+                if prev.klass is not None:
+                    out.changes.append({"container": c.name, "job": c.job, "klass": prev.klass,
+                                        "source": "memory", "ts": ts})  # fmt: skip
+            state = observe(prev, vote(c.intensity_mpki, threshold), rule)
+            if state.klass != prev.klass and state.klass is not None:
+                out.changes.append({"container": c.name, "job": c.job, "klass": state.klass,
+                                    "source": "samples", "ts": ts})  # fmt: skip
+            out.states[c.name] = state
+            if c.job is not None:
+                out.touched_jobs[c.job] = app or c.job
+            out.container_samples.append({
+                "container": c.name, "host": r.host, "job": c.job, "ts": ts,
+                "resolution_s": r.interval_s, "busy_cores": c.busy_cores,
+                "intensity_mpki": c.intensity_mpki, "intensity_source": c.intensity_source,
+                "traffic": traffic,
+            })  # fmt: skip
+            out.containers[c.name] = {
+                "name": c.name, "host": r.host, "job": c.job, "app": app, "cores": c.cores,
+                "memory_bytes": c.memory_bytes, "busy_cores": c.busy_cores,
+                "intensity_mpki": c.intensity_mpki, "klass": state.klass,
+                "class_source": state.source, "votes": state.votes, "traffic": traffic,
+                "updated": ts,
+            }  # fmt: skip
+    return out
+
+
+class Ingestor:
+    """Owns the writer thread; ``submit`` returns a future set when the report is stored."""
+
+    def __init__(self, store: Store, cfg: ClassifyConfig, batch_max: int, batch_wait_s: float):
+        self.store = store
+        self.cfg = cfg
+        self.batch_max = batch_max
+        self.batch_wait_s = batch_wait_s
+        self.book = ClassBook.load(store)
+        self.stored = 0
+        self._queue: queue.Queue[_Pending] = queue.Queue(maxsize=100_000)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="ingest-writer", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout_s)
+
+    def submit(self, report: MonitorReport) -> Future[None]:
+        done: Future[None] = Future()
+        self._queue.put_nowait(_Pending(report, done))
+        return done
+
+    def _run(self) -> None:
+        while not self._stop.is_set() or not self._queue.empty():
+            try:
+                first = self._queue.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            batch = [first]
+            deadline = time.monotonic() + self.batch_wait_s
+            while len(batch) < self.batch_max:
+                left = deadline - time.monotonic()
+                try:
+                    batch.append(self._queue.get(timeout=max(left, 0)) if left > 0
+                                 else self._queue.get_nowait())  # fmt: skip
+                except queue.Empty:
+                    break
+            self._write(batch)
+
+    def _write(self, batch: list[_Pending]) -> None:
+        try:
+            self._commit([p.report for p in batch])
+        except Exception:
+            if len(batch) == 1:
+                log.exception("ingest: report of host=%s not stored", batch[0].report.host)
+                batch[0].done.set_exception(RuntimeError("report could not be stored"))
+                return
+            log.warning("ingest: batch of %d failed; storing its reports one by one", len(batch))
+            for p in batch:
+                self._write([p])
+            return
+        for p in batch:
+            p.done.set_result(None)
+
+    def _commit(self, reports: list[MonitorReport]) -> None:
+        staged = stage(reports, self.book, self.cfg)
+        jobs = self._job_rows(staged)
+        with self.store.engine.begin() as conn:
+            _write_rows(conn, staged, jobs)
+        # Only a committed batch changes the in-memory book.
+        self.book.containers.update(staged.states)
+        for name, row in staged.containers.items():
+            self.book.container_job[name] = row["job"]
+        for j in jobs:
+            self.book.jobs[j["name"]] = j["klass"]
+            if j["klass"] is not None:
+                self.book.apps[j["app"]] = j["klass"]
+        self.stored += len(reports)
+
+    def _job_rows(self, staged: _Staged) -> list[dict[str, Any]]:
+        if not staged.touched_jobs:
+            return []
+        members: dict[str, list[Klass | None]] = {j: [] for j in staged.touched_jobs}
+        for name, job in self.book.container_job.items():
+            if job in members and name not in staged.containers:
+                members[job].append(self.book.containers[name].klass)
+        for name, row in staged.containers.items():
+            if row["job"] in members:
+                members[row["job"]].append(staged.states[name].klass)
+        rows = []
+        for job, app in staged.touched_jobs.items():
+            klass = job_class(members[job])
+            if job not in self.book.jobs or self.book.jobs[job] != klass:
+                rows.append({"name": job, "app": app, "klass": klass, "updated": time.time()})
+        return rows
+
+
+def _write_rows(conn: Connection, s: _Staged, jobs: list[dict[str, Any]]) -> None:
+    conn.execute(insert(t.host_samples), s.host_samples)
+    if s.container_samples:
+        conn.execute(insert(t.container_samples), s.container_samples)
+    conn.execute(
+        sql_update(t.hosts)
+        .where(t.hosts.c.name == bindparam("b_name"))
+        .values(
+            last_report=bindparam("b_ts"),
+            busy_cores=bindparam("b_busy"),
+            watts=bindparam("b_watts"),
+        ),
+        s.hosts,
+    )
+    upsert(conn, t.containers, list(s.containers.values()), ["name"])
+    if s.changes:
+        conn.execute(insert(t.classifications), s.changes)
+    upsert(conn, t.jobs, jobs, ["name"])
+    apps = [{"app": j["app"], "klass": j["klass"], "jobs_seen": 1, "updated": j["updated"]}
+            for j in jobs if j["klass"] is not None]  # fmt: skip
+    upsert(conn, t.app_classes, apps, ["app"])

@@ -1,0 +1,201 @@
+"""Repacking (thesis §5.5.3: re-solve every 60 s) and the plan executor.
+
+``decide``: snapshot → solve with the calibrated weights and M against the current
+placement → keep the result only if F improves by more than the margin → ordered plan.
+``Executor``: runs a stored plan wave by wave through the migrator agents. Each state
+change is committed before the next action, so a restarted clavisd resumes from the
+store: a step already done is never sent again, a step whose container already runs on
+its target is recorded done without a move, and a step that was in flight is sent again
+with the same id, which an agent answers with its status instead of running it twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+from clavis.documents import InputError
+from clavis.instance import build_instance
+from clavis.objectives import Weights, contended_hosts, score, violations
+from clavis.placement import SolveOptions, place
+from clavis.service.agents import AgentProtocolError, AgentUnavailableError, MigratorClient
+from clavis.service.config import RepackConfig
+from clavis.service.plan import Plan, moves_between, order, peak_loads
+from clavis.service.snapshot import Snapshot
+from clavis.service.store import Store
+from clavis_contracts import TERMINAL_STATES, MigrationStep
+
+log = logging.getLogger("clavisd.repack")
+
+
+@dataclass(frozen=True)
+class Decision:
+    decision: Literal["no-change", "below-margin", "planned", "no-solution"]
+    f_current: float | None
+    f_target: float | None
+    message: str
+    plan: Plan | None
+    contended: tuple[str, ...] = ()
+
+
+def decide(snap: Snapshot, weights: Weights, cfg: RepackConfig) -> Decision:
+    if snap.workload is None:
+        return Decision("no-change", None, None, "no container has reported yet", None)
+    try:
+        inst = build_instance(snap.cluster, snap.workload, snap.current, "current placement")
+    except InputError as exc:
+        return Decision("no-solution", None, None, str(exc), None)
+    current = tuple(h for h in inst.current if h is not None)
+    now_score = score(inst, current, weights)
+    options = SolveOptions(time_limit=cfg.time_limit_s, workers=cfg.workers, hint=current)
+    result = place(cfg.method, inst, weights, options)
+    if result.assignment is None or result.score is None:
+        return Decision("no-solution", now_score.F, None, f"solver: {result.status}", None)
+    problems = violations(inst, result.assignment)
+    if problems:  # every solver answer is re-checked before it becomes a plan
+        return Decision("no-solution", now_score.F, None, "; ".join(problems), None)
+    gain = now_score.F - result.score.F
+    if gain <= cfg.margin:
+        return Decision("below-margin", now_score.F, result.score.F,
+                        f"F would improve by {gain:.4f}, margin {cfg.margin:g}", None)  # fmt: skip
+    names = [c.name for c in inst.containers]
+    target = {n: inst.hosts[h].name for n, h in zip(names, result.assignment, strict=True)}
+    cores = {c.name: c.cores for c in inst.containers}
+    memory = {c.name: c.memory_bytes for c in inst.containers}
+    now_where = dict(snap.current.assignment)
+    capacity = {h.name: h.cores for h in inst.hosts}
+    up = {h.name for h in inst.hosts if h.state == "up"}
+    plan = order(
+        moves_between(now_where, target, cores, memory),
+        capacity=capacity,
+        current=now_where,
+        cores=cores,
+        parallelism=cfg.parallelism,
+        staging_hosts=up,
+    )
+    peaks = peak_loads(plan, capacity, now_where, cores)
+    over = [h for h, v in peaks.items() if v > capacity[h]]
+    if over:
+        return Decision("no-solution", now_score.F, result.score.F,
+                        f"plan would overload {over}", None)  # fmt: skip
+    hot = tuple(inst.hosts[h].name for h in sorted(contended_hosts(inst, current)))
+    return Decision("planned", now_score.F, result.score.F,
+                    f"F {now_score.F:.4f} -> {result.score.F:.4f} ({result.method} "
+                    f"{result.status}); {len(plan.steps)} steps in {plan.waves} waves"
+                    + (f"; {len(plan.deferred)} moves deferred" if plan.deferred else ""),
+                    plan, hot)  # fmt: skip
+
+
+class Executor:
+    """Runs one plan to its end in a thread; ``start`` dispatches the first wave itself so
+    the caller learns at once when no agent answers."""
+
+    def __init__(self, store: Store, client: MigratorClient, cfg: RepackConfig) -> None:
+        self.store = store
+        self.client = client
+        self.cfg = cfg
+        self._threads: dict[int, threading.Thread] = {}
+        self._stop = threading.Event()
+
+    def stop(self) -> None:
+        self._stop.set()
+        for th in self._threads.values():
+            th.join(timeout=5)
+
+    def busy(self) -> bool:
+        return any(th.is_alive() for th in self._threads.values())
+
+    def start(self, plan_id: int) -> None:
+        """Dispatch what can start now; on success continue in the background."""
+        p = self.store.plan(plan_id)
+        if p is None or p.state in ("done", "failed", "superseded"):
+            raise ValueError(f"plan {plan_id} is {p.state if p else 'unknown'}; nothing to apply")
+        if self.busy():
+            raise ValueError("another plan is running")
+        try:
+            finished = self._advance(plan_id)
+        except AgentUnavailableError as exc:
+            self.store.set_plan(plan_id, "pending", f"{exc}; plan left pending", time.time())
+            return
+        if not finished:
+            th = threading.Thread(target=self._run, args=(plan_id,), name=f"plan-{plan_id}",
+                                  daemon=True)  # fmt: skip
+            self._threads[plan_id] = th
+            th.start()
+
+    def _run(self, plan_id: int) -> None:
+        deadline = time.monotonic() + self.cfg.step_deadline_s * (
+            1 + len(self.store.steps(plan_id))
+        )
+        while not self._stop.is_set() and time.monotonic() < deadline:
+            try:
+                if self._advance(plan_id):
+                    return
+            except AgentUnavailableError as exc:
+                log.warning("plan=%d agent unavailable: %s; retrying", plan_id, exc)
+            self._stop.wait(self.cfg.poll_s)
+        if not self._stop.is_set():
+            self.store.set_plan(plan_id, "failed", "plan deadline passed", time.time())
+
+    def _advance(self, plan_id: int) -> bool:
+        """One pass: poll in-flight steps, dispatch the current wave. True when finished."""
+        steps = self.store.steps(plan_id)
+        open_waves = sorted({s.wave for s in steps if s.state not in TERMINAL_STATES})
+        if any(s.state in ("failed", "rolled_back") for s in steps):
+            self.store.set_plan(plan_id, "failed", "a step failed; its container stayed on its "
+                                "source; later steps not run", time.time())  # fmt: skip
+            return True
+        if not open_waves:
+            self.store.set_plan(plan_id, "done", f"{len(steps)} steps done", time.time())
+            return True
+        plan = self.store.plan(plan_id)
+        if plan is not None and plan.state == "pending":
+            self.store.set_plan(plan_id, "running", "", time.time())
+        where = {c["name"]: c["host"] for c in self.store.containers()}
+        for s in (s for s in steps if s.wave == open_waves[0]):
+            now = time.time()
+            if s.state in TERMINAL_STATES:
+                continue
+            if s.state == "pending" and where.get(s.container) == s.target:
+                self.store.set_step(plan_id, s.idx, "done", "container already on target", now)
+                continue
+            step = MigrationStep(
+                step_id=f"{plan_id}:{s.idx}", plan=plan_id, index=s.idx, wave=s.wave,
+                container=s.container, source=s.source, target=s.target,
+                target_address=self.client.address(s.target), memory_bytes=s.memory_bytes,
+                cores=s.cores, deadline_s=self.cfg.step_deadline_s,
+            )  # fmt: skip
+            if s.state == "pending":
+                # Record the dispatch before sending: after a crash the step is re-sent
+                # with the same id, never forgotten.
+                self.store.set_step(
+                    plan_id, s.idx, "dispatched", "sent to agent", now, dispatched=True
+                )
+            try:
+                if s.state in ("pending", "dispatched"):
+                    status = self.client.send(step)
+                else:
+                    status = self.client.status(s.source, step.step_id)
+            except AgentUnavailableError:
+                if s.state == "pending":
+                    self.store.set_step(plan_id, s.idx, "pending", "agent unavailable", time.time())
+                raise
+            except AgentProtocolError as exc:
+                self.store.set_step(plan_id, s.idx, "failed", str(exc), time.time())
+                continue
+            if status.state != s.state:
+                self.store.set_step(plan_id, s.idx, status.state, status.message, time.time())
+        return False
+
+    def resume(self) -> list[int]:
+        """After a restart: continue every plan that was running."""
+        running = [p.id for p in self.store.plans(["running"])]
+        for plan_id in running:
+            th = threading.Thread(target=self._run, args=(plan_id,), name=f"plan-{plan_id}",
+                                  daemon=True)  # fmt: skip
+            self._threads[plan_id] = th
+            th.start()
+        return running

@@ -1,0 +1,79 @@
+"""The cluster as the store sees it now, as the solver's documents (cluster, workload,
+current placement), so repacking and the advice file score it with the one evaluator.
+
+- Hosts and racks come from the cluster file; a fitted power model replaces the file's.
+- A host without a recent report is treated as draining: it keeps its containers, and
+  takes no new ones, as its state is unknown.
+- A container's class is its hysteresis class when it has one (docs/clavisd.md).
+- Jobs are grouped from the containers' job names; a container without a job is a job
+  of its own. Traffic to a container of another job is not counted: C is defined for a
+  job's own flows (docs/objectives.md).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from clavis.model import Cluster, Container, Flow, Host, Job, Placement, PowerModel, Workload
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    cluster: Cluster
+    workload: Workload | None  # None: no container reported yet
+    current: Placement
+
+
+def _power(host: Host, model: dict[str, Any] | None) -> PowerModel:
+    if model is None:
+        return host.power
+    idle = max(model["idle_w"], 0.0)
+    peak = max(idle + model["slope_w"] * host.cores, idle)
+    return PowerModel(idle_w=idle, peak_w=peak, off_w=min(host.power.off_w, idle))
+
+
+def take(
+    cluster: Cluster,
+    *,
+    hosts: list[dict[str, Any]],
+    containers: list[dict[str, Any]],
+    power_models: dict[str, dict[str, Any]],
+    now: float,
+    fresh_s: float,
+    threshold_mpki: float,
+) -> Snapshot:
+    last = {h["name"]: h["last_report"] for h in hosts}
+    new_hosts = []
+    for h in cluster.hosts:
+        seen = last.get(h.name)
+        state = h.state
+        if state == "up" and (seen is None or now - seen > fresh_s):
+            state = "drain"
+        new_hosts.append(h.model_copy(update={"power": _power(h, power_models.get(h.name)),
+                                              "state": state}))  # fmt: skip
+    snap_cluster = cluster.model_copy(update={"hosts": new_hosts})
+    known = {h.name for h in cluster.hosts}
+    present = [c for c in containers if c["host"] in known]
+    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for c in present:
+        groups[c["job"] or f"node-{c['name']}"].append(c)
+    jobs = []
+    for name, members in sorted(groups.items()):
+        names = {c["name"] for c in members}
+        flows = [
+            Flow(src=c["name"], dst=peer, bytes_per_s=bps)
+            for c in members
+            for peer, bps in sorted(c["traffic"].items())
+            if peer in names and bps > 0
+        ]
+        jobs.append(Job(name=name, traffic=flows, containers=[
+            Container(name=c["name"], cores=c["cores"], memory_bytes=c["memory_bytes"],
+                      intensity_mpki=c["intensity_mpki"] or 0.0, klass=c["klass"])
+            for c in members
+        ]))  # fmt: skip
+    workload = Workload(devil_threshold_mpki=threshold_mpki, jobs=jobs) if jobs else None
+    return Snapshot(
+        snap_cluster, workload, Placement(assignment={c["name"]: c["host"] for c in present})
+    )

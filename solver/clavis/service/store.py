@@ -1,0 +1,314 @@
+"""The store: SQLite by default, PostgreSQL by URL; every query in portable SQLAlchemy Core.
+
+One :class:`Store` per process. The ingest writer thread, the API handlers and the
+repack executor each take a connection per unit of work; SQLite runs in WAL mode so
+readers never block the writer.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, Engine, create_engine, delete, event, func, insert, select
+from sqlalchemy import update as sql_update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.pool import StaticPool
+
+from clavis.model import Cluster
+from clavis.service import tables as t
+from clavis.service.power import PowerFit
+
+
+class StoreError(Exception):
+    """The store cannot be opened or is inconsistent."""
+
+
+@dataclass(frozen=True)
+class StepRow:
+    plan: int
+    idx: int
+    wave: int
+    container: str
+    source: str
+    target: str
+    cores: int
+    memory_bytes: int
+    state: str
+    dispatches: int
+    message: str
+    updated: float
+
+
+@dataclass(frozen=True)
+class PlanRow:
+    id: int
+    created: float
+    updated: float
+    state: str
+    f_current: float
+    f_target: float
+    summary: dict[str, Any]
+    message: str
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    # WAL: readers do not block the ingest writer; NORMAL is durable across a process
+    # crash (kill -9), which is the failure clavisd must survive.
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.execute("PRAGMA busy_timeout=10000")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.close()
+
+
+def upsert(conn: Connection, table: Any, rows: Sequence[Mapping[str, Any]], key: list[str]) -> None:
+    """Insert rows, replacing the non-key columns of rows whose key exists."""
+    if not rows:
+        return
+    maker = sqlite_insert if conn.dialect.name == "sqlite" else pg_insert
+    stmt = maker(table)
+    cols = [c for c in rows[0] if c not in key]
+    stmt = stmt.on_conflict_do_update(
+        index_elements=key, set_={c: getattr(stmt.excluded, c) for c in cols}
+    )
+    conn.execute(stmt, list(rows))
+
+
+class Store:
+    def __init__(self, url: str, now: float | None = None) -> None:
+        kwargs: dict[str, Any] = {}
+        if url.startswith("sqlite"):
+            if url in {"sqlite://", "sqlite:///:memory:"}:
+                kwargs["poolclass"] = StaticPool  # one shared in-memory database (tests)
+            kwargs["connect_args"] = {"check_same_thread": False, "timeout": 10}
+        try:
+            self.engine: Engine = create_engine(url, **kwargs)
+        except Exception as exc:
+            raise StoreError(f"store url {url!r}: {exc}") from exc
+        if self.engine.dialect.name == "sqlite":
+            event.listen(self.engine, "connect", _sqlite_pragmas)
+        with self.engine.begin() as conn:
+            self.applied = t.migrate(conn, now if now is not None else time.time())
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # --- hosts and containers -----------------------------------------------------
+
+    def sync_hosts(self, cluster: Cluster) -> None:
+        """The cluster file is the inventory: add its hosts, update rack and cores."""
+        rows = [{"name": h.name, "rack": h.rack, "cores": h.cores} for h in cluster.hosts]
+        with self.engine.begin() as conn:
+            upsert(conn, t.hosts, rows, ["name"])
+
+    def hosts(self) -> list[dict[str, Any]]:
+        with self.engine.connect() as conn:
+            return [dict(r._mapping) for r in conn.execute(select(t.hosts).order_by("name"))]
+
+    def last_reports(self) -> dict[str, float]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(t.hosts.c.name, t.hosts.c.last_report))
+            return {name: ts for name, ts in rows if ts is not None}
+
+    def containers(self) -> list[dict[str, Any]]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(t.containers).order_by("name"))
+            out = []
+            for r in rows:
+                d = dict(r._mapping)
+                d["traffic"] = json.loads(d["traffic"])
+                out.append(d)
+            return out
+
+    def jobs(self) -> list[dict[str, Any]]:
+        with self.engine.connect() as conn:
+            return [dict(r._mapping) for r in conn.execute(select(t.jobs).order_by("name"))]
+
+    def app_classes(self) -> dict[str, str]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(t.app_classes.c.app, t.app_classes.c.klass))
+            return {r.app: r.klass for r in rows}
+
+    def count(self, table: Any) -> int:
+        with self.engine.connect() as conn:
+            return int(conn.execute(select(func.count()).select_from(table)).scalar_one())
+
+    # --- samples --------------------------------------------------------------------
+
+    def power_samples(self, host: str, since: float) -> tuple[list[float], list[float]]:
+        q = (
+            select(t.host_samples.c.busy_cores, t.host_samples.c.watts)
+            .where(t.host_samples.c.host == host)
+            .where(t.host_samples.c.ts >= since)
+            .where(t.host_samples.c.watts.is_not(None))
+        )
+        with self.engine.connect() as conn:
+            rows = conn.execute(q).all()
+        return [r[0] for r in rows], [r[1] for r in rows]
+
+    def apply_retention(self, now: float, raw_s: float, keep_s: float, bucket_s: float) -> int:
+        """Downsample host samples older than ``raw_s`` to one mean per host and bucket,
+        drop container samples older than ``raw_s`` (their effect lives on in the class
+        and per-application memory), and drop everything older than ``keep_s``."""
+        hs = t.host_samples
+        cutoff = now - raw_s
+        bucket = func.floor(hs.c.ts / bucket_s)
+        with self.engine.begin() as conn:
+            conn.execute(delete(hs).where(hs.c.ts < now - keep_s))
+            raw = (hs.c.ts < cutoff) & (hs.c.resolution_s < bucket_s)
+            means = conn.execute(
+                select(
+                    hs.c.host,
+                    bucket.label("b"),
+                    func.avg(hs.c.busy_cores),
+                    func.avg(hs.c.watts),
+                    func.min(hs.c.power_source),
+                )
+                .where(raw)
+                .group_by(hs.c.host, bucket)
+            ).all()
+            conn.execute(delete(hs).where(raw))
+            rows = [
+                {"host": h, "ts": (b + 0.5) * bucket_s, "resolution_s": bucket_s,
+                 "busy_cores": busy, "watts": watts, "power_source": src}
+                for h, b, busy, watts, src in means
+            ]  # fmt: skip
+            if rows:
+                conn.execute(insert(hs), rows)
+            gone = conn.execute(
+                delete(t.container_samples).where(t.container_samples.c.ts < cutoff)
+            )
+            return len(rows) + gone.rowcount
+
+    # --- power models -----------------------------------------------------------------
+
+    def save_power_model(self, host: str, f: PowerFit, now: float) -> None:
+        row = {"host": host, "idle_w": f.idle_w, "slope_w": f.slope_w, "r2": f.r2,
+               "rmse_w": f.rmse_w, "samples": f.samples, "fitted": now}  # fmt: skip
+        with self.engine.begin() as conn:
+            upsert(conn, t.power_models, [row], ["host"])
+
+    def power_models(self) -> dict[str, dict[str, Any]]:
+        with self.engine.connect() as conn:
+            return {r.host: dict(r._mapping) for r in conn.execute(select(t.power_models))}
+
+    # --- weights ------------------------------------------------------------------------
+
+    def add_weights(self, doc: str, user: str, now: float) -> int:
+        with self.engine.begin() as conn:
+            r = conn.execute(insert(t.weights).values(created=now, user=user, doc=doc))
+            return int(r.inserted_primary_key[0])  # type: ignore[index]
+
+    def current_weights(self) -> str | None:
+        q = select(t.weights.c.doc).order_by(t.weights.c.id.desc()).limit(1)
+        with self.engine.connect() as conn:
+            return conn.execute(q).scalar_one_or_none()
+
+    # --- plans and steps (the audit log) ------------------------------------------------
+
+    def create_plan(
+        self, f_current: float, f_target: float, summary: dict[str, Any],
+        steps: Iterable[Mapping[str, Any]], now: float,
+    ) -> int:  # fmt: skip
+        """One transaction: the plan, its steps and their first audit events, or nothing."""
+        with self.engine.begin() as conn:
+            r = conn.execute(
+                insert(t.plans).values(
+                    created=now, updated=now, state="pending", f_current=f_current,
+                    f_target=f_target, summary=json.dumps(summary), message="",
+                )
+            )  # fmt: skip
+            plan = int(r.inserted_primary_key[0])  # type: ignore[index]
+            rows = [
+                {**s, "plan": plan, "state": "pending", "dispatches": 0, "message": "",
+                 "updated": now}
+                for s in steps
+            ]  # fmt: skip
+            if rows:
+                conn.execute(insert(t.migration_steps), rows)
+            events = [{"plan": plan, "idx": None, "state": "pending", "message": "planned",
+                       "ts": now}]  # fmt: skip
+            conn.execute(insert(t.step_events), events)
+            return plan
+
+    def plan(self, plan: int) -> PlanRow | None:
+        with self.engine.connect() as conn:
+            r = conn.execute(select(t.plans).where(t.plans.c.id == plan)).first()
+        if r is None:
+            return None
+        d = dict(r._mapping)
+        d["summary"] = json.loads(d["summary"])
+        return PlanRow(**d)
+
+    def plans(self, states: Iterable[str] | None = None) -> list[PlanRow]:
+        q = select(t.plans.c.id).order_by(t.plans.c.id)
+        if states is not None:
+            q = q.where(t.plans.c.state.in_(list(states)))
+        with self.engine.connect() as conn:
+            ids = list(conn.execute(q).scalars())
+        return [p for p in (self.plan(i) for i in ids) if p is not None]
+
+    def steps(self, plan: int) -> list[StepRow]:
+        q = select(t.migration_steps).where(t.migration_steps.c.plan == plan)
+        with self.engine.connect() as conn:
+            return [StepRow(**r._mapping) for r in conn.execute(q.order_by("idx"))]
+
+    def events(self, plan: int) -> list[dict[str, Any]]:
+        q = select(t.step_events).where(t.step_events.c.plan == plan).order_by("id")
+        with self.engine.connect() as conn:
+            return [dict(r._mapping) for r in conn.execute(q)]
+
+    def set_step(
+        self, plan: int, idx: int, state: str, message: str, now: float, *, dispatched: bool = False
+    ) -> None:
+        """Change a step's state and log it, in one transaction."""
+        s = t.migration_steps
+        values: dict[str, Any] = {"state": state, "message": message, "updated": now}
+        if dispatched:
+            values["dispatches"] = s.c.dispatches + 1
+        with self.engine.begin() as conn:
+            conn.execute(sql_update(s).where((s.c.plan == plan) & (s.c.idx == idx)).values(values))
+            conn.execute(
+                insert(t.step_events).values(
+                    plan=plan, idx=idx, state=state, message=message, ts=now
+                )
+            )
+
+    def set_plan(self, plan: int, state: str, message: str, now: float) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(
+                sql_update(t.plans)
+                .where(t.plans.c.id == plan)
+                .values(state=state, message=message, updated=now)
+            )
+            conn.execute(
+                insert(t.step_events).values(
+                    plan=plan, idx=None, state=state, message=message, ts=now
+                )
+            )
+
+    # --- UI sessions ----------------------------------------------------------------------
+
+    def add_session(self, token_sha256: str, user: str, role: str, expires: float) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(delete(t.sessions).where(t.sessions.c.expires < time.time()))
+            conn.execute(
+                insert(t.sessions).values(
+                    token_sha256=token_sha256, user=user, role=role, expires=expires
+                )
+            )
+
+    def session(self, token_sha256: str, now: float) -> tuple[str, str] | None:
+        s = t.sessions
+        q = select(s.c.user, s.c.role).where(
+            (s.c.token_sha256 == token_sha256) & (s.c.expires > now)
+        )
+        with self.engine.connect() as conn:
+            r = conn.execute(q).first()
+        return None if r is None else (r[0], r[1])

@@ -1,0 +1,105 @@
+"""Builders for clavisd tests: a small cluster, a config, signed requests, reports."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+from fastapi.testclient import TestClient
+
+from clavis.service.auth import hash_password
+from clavis_contracts.signing import sign
+
+SECRET = b"test-secret-0123456789abcdef"
+PASSWORDS = {"ada": "admin-pass", "vic": "viewer-pass"}
+
+
+def cluster_doc(hosts: int = 4, cores: int = 8) -> dict[str, Any]:
+    return {
+        "name": "test",
+        "hosts": [
+            {
+                "name": f"h{i}",
+                "rack": f"r{i % 2}",
+                "cores": cores,
+                "domains": {"count": 2, "cores_per_domain": cores // 2},
+                "power": {"idle_w": 100, "peak_w": 180, "off_w": 10},
+            }
+            for i in range(1, hosts + 1)
+        ],
+    }
+
+
+def write_setup(tmp: Path, *, hosts: int = 4, extra: str = "", port: int = 7780) -> Path:
+    """Cluster file, secret file (0600), config; returns the config path."""
+    (tmp / "cluster.yaml").write_text(yaml.safe_dump(cluster_doc(hosts)))
+    secret = tmp / "secret"
+    secret.write_bytes(SECRET + b"\n")
+    secret.chmod(0o600)
+    users = "".join(
+        f'[[users]]\nname = "{name}"\nrole = "{role}"\npassword_scrypt = "{hash_password(pw)}"\n'
+        for (name, pw), role in zip(PASSWORDS.items(), ("admin", "viewer"), strict=True)
+    )
+    cfg = tmp / "clavis.toml"
+    cfg.write_text(
+        f'cluster_file = "{tmp / "cluster.yaml"}"\n'
+        f"{users}"
+        f"[server]\nport = {port}\n"
+        f'[store]\nurl = "sqlite:///{tmp / "clavis.db"}"\n'
+        f'[security]\nsecret_file = "{secret}"\n'
+        f'[advice]\npath = "{tmp / "advice.json"}"\n'
+        f"{extra}"
+    )
+    return cfg
+
+
+def container(
+    name: str, job: str | None = "j1", mpki: float | None = 1.0, **kw: Any
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "job": job,
+        "cores": kw.pop("cores", 2),
+        "memory_bytes": kw.pop("memory_bytes", 2**30),
+        "busy_cores": kw.pop("busy_cores", 2.0),
+        "intensity_mpki": mpki,
+        "intensity_source": "unsupported" if mpki is None else "recorded",
+        "traffic": kw.pop("traffic", []),
+        **kw,
+    }
+
+
+def report(host: str, containers: list[dict[str, Any]], ts: float | None = None,
+           watts: float | None = 150.0, busy: float = 2.0) -> dict[str, Any]:  # fmt: skip
+    when = dt.datetime.fromtimestamp(ts if ts is not None else time.time(), dt.UTC)
+    return {
+        "host": host,
+        "timestamp": when.isoformat(),
+        "interval_s": 1.0,
+        "busy_cores": busy,
+        "power": {"watts": watts, "source": "ipmi-dcmi" if watts is not None else "none"},
+        "containers": containers,
+    }
+
+
+def signed(
+    path: str, body: bytes, method: str = "POST", now: float | None = None
+) -> dict[str, str]:
+    h = sign(SECRET, method, path, body, time.time() if now is None else now)
+    h["Content-Type"] = "application/json"
+    return h
+
+
+def post_report(client: TestClient, doc: dict[str, Any]) -> Any:
+    body = json.dumps(doc).encode()
+    return client.post("/api/v1/reports", content=body, headers=signed("/api/v1/reports", body))
+
+
+def login(client: TestClient, user: str) -> dict[str, str]:
+    r = client.post("/api/v1/login", json={"user": user, "password": PASSWORDS[user]})
+    assert r.status_code == 200, r.text
+    return {"Authorization": f"Bearer {r.json()['token']}"}

@@ -1,0 +1,196 @@
+"""The REST API in-process: ingest, refusals, roles, classification, power, repack."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from fastapi.testclient import TestClient
+
+from clavis.service.daemon import Clavisd
+
+from .helpers import container, login, post_report, report, signed
+
+
+def test_health_and_openapi(client: TestClient) -> None:
+    r = client.get("/api/v1/health")
+    assert r.status_code == 200 and r.json()["status"] == "ok"
+    doc = client.get("/api/v1/openapi.json").json()
+    assert "/api/v1/reports" in doc["paths"]
+    assert "MonitorReport" in doc["components"]["schemas"]
+
+
+def test_a_report_is_stored_and_listed(client: TestClient) -> None:
+    r = post_report(
+        client, report("h1", [container("n1", traffic=[{"peer": "n2", "bytes_per_s": 5.0}])])
+    )
+    assert r.status_code == 202, r.text
+    assert r.json()["containers"] == 1
+    view = login(client, "vic")
+    hosts = {h["name"]: h for h in client.get("/api/v1/hosts", headers=view).json()}
+    assert hosts["h1"]["watts"] == 150.0 and hosts["h2"]["last_report"] is None
+    (c,) = client.get("/api/v1/containers", headers=view).json()
+    assert c["host"] == "h1" and c["traffic"] == {"n2": 5.0} and c["votes"] == "t"
+
+
+def test_unauthenticated_reports_are_refused(client: TestClient) -> None:
+    body = json.dumps(report("h1", [])).encode()
+    path = "/api/v1/reports"
+    assert client.post(path, content=body).status_code == 401
+    h = signed(path, body)
+    bad = {**h, "X-Clavis-Signature": "0" * 64}
+    r = client.post(path, content=body, headers=bad)
+    assert r.status_code == 401 and "does not match" in r.json()["detail"]
+    assert client.post(path, content=body, headers=h).status_code == 202
+    r = client.post(path, content=body, headers=h)
+    assert r.status_code == 401 and "replayed" in r.json()["detail"]
+    old = signed(path, body, now=time.time() - 300)
+    r = client.post(path, content=body, headers=old)
+    assert r.status_code == 401 and "from this clock" in r.json()["detail"]
+
+
+def _send(client: TestClient, doc: object) -> tuple[int, str]:
+    body = doc if isinstance(doc, bytes) else json.dumps(doc).encode()
+    r = client.post("/api/v1/reports", content=body, headers=signed("/api/v1/reports", body))
+    return r.status_code, r.json()["detail"] if r.status_code >= 400 else ""
+
+
+def test_bad_reports_get_a_clear_4xx_and_change_nothing(
+    client: TestClient, clavisd: Clavisd
+) -> None:
+    now = time.time()
+    assert _send(client, report("h2", [container("m1")], ts=now - 5))[0] == 202
+    cases = [
+        (b"{not json", 422, "malformed report"),
+        ({"host": "h1"}, 422, "field required"),
+        (report("h9", []), 422, "unknown host 'h9'"),
+        (report("h1", [], ts=now - 1000), 422, "stale report"),
+        (report("h1", [], ts=now + 1000), 422, "in the future"),
+        (report("h2", [container("m1")], ts=now - 10), 409, "not newer"),
+        (report("h1", [container("x", cores=0)]), 422, "cores"),
+        (b"{" + b" " * 300_000 + b"}", 413, "limit"),
+    ]
+    for doc, status, words in cases:
+        got, detail = _send(client, doc)
+        assert (got, words in detail) == (status, True), (got, detail)
+    # Nothing of the refused reports reached the store; h2's data is intact.
+    view = login(client, "vic")
+    (c,) = client.get("/api/v1/containers", headers=view).json()
+    assert c["name"] == "m1" and c["host"] == "h2"
+    assert clavisd.ingestor.stored == 1
+
+
+def test_roles(client: TestClient) -> None:
+    assert client.get("/api/v1/hosts").status_code == 401
+    r = client.post("/api/v1/login", json={"user": "ada", "password": "wrong"})
+    assert r.status_code == 401
+    r = client.post("/api/v1/login", json={"user": "nobody", "password": "x"})
+    assert r.status_code == 401
+    view = login(client, "vic")
+    assert client.get("/api/v1/plans", headers=view).status_code == 200
+    r = client.post("/api/v1/repack", json={"apply": False}, headers=view)
+    assert r.status_code == 403 and "admin" in r.json()["detail"]
+    r = client.post("/api/v1/power-models/fit", headers=view)
+    assert r.status_code == 403
+    r = client.get("/api/v1/hosts", headers={"Authorization": "Bearer forged"})
+    assert r.status_code == 401
+
+
+def test_hysteresis_seven_of_ten(client: TestClient) -> None:
+    t0 = time.time() - 60
+    view = login(client, "vic")
+
+    def send(i: int, mpki: float) -> dict[str, object]:
+        assert (
+            post_report(client, report("h1", [container("n1", mpki=mpki)], ts=t0 + i)).status_code
+            == 202
+        )
+        (c,) = client.get("/api/v1/containers", headers=view).json()
+        return dict(c)
+
+    for i in range(6):
+        assert send(i, 9.0)["klass"] is None  # 6 devil votes: not yet
+    c = send(6, 9.0)
+    assert (c["klass"], c["class_source"]) == ("devil", "samples")
+    for i in range(7, 13):  # turtle votes; the window still holds >= 4 devils until the 7th
+        assert send(i, 0.5)["klass"] == "devil"
+    assert send(13, 0.5)["klass"] == "turtle"
+    (job,) = client.get("/api/v1/jobs", headers=view).json()
+    assert job["klass"] == "turtle"
+
+
+def test_application_memory_classifies_a_new_job_before_its_first_vote(client: TestClient) -> None:
+    t0 = time.time() - 60
+    for i in range(7):
+        doc = report("h1", [container("n1", job="100", app="lbm", mpki=20.0)], ts=t0 + i)
+        assert post_report(client, doc).status_code == 202
+    # A new job of the same application on another node, with no counters at all.
+    doc = report("h2", [container("n2", job="101", app="lbm", mpki=None)], ts=t0 + 8)
+    assert post_report(client, doc).status_code == 202
+    view = login(client, "vic")
+    got = {c["name"]: c for c in client.get("/api/v1/containers", headers=view).json()}
+    assert (got["n2"]["klass"], got["n2"]["class_source"]) == ("devil", "memory")
+    jobs = {j["name"]: j["klass"] for j in client.get("/api/v1/jobs", headers=view).json()}
+    assert jobs == {"100": "devil", "101": "devil"}
+
+
+def test_power_models_are_fitted_from_reports(client: TestClient) -> None:
+    t0 = time.time() - 60
+    for i in range(10):
+        busy = float(i % 8)
+        doc = report("h1", [], ts=t0 + i, busy=busy, watts=95.0 + 11.0 * busy)
+        assert post_report(client, doc).status_code == 202
+    admin = login(client, "ada")
+    r = client.post("/api/v1/power-models/fit", headers=admin)
+    assert r.status_code == 200
+    out = r.json()
+    (m,) = out["fitted"]
+    assert m["host"] == "h1" and abs(m["idle_w"] - 95) < 1e-6 and abs(m["slope_w"] - 11) < 1e-6
+    assert m["r2"] > 0.999 and m["samples"] == 10
+    assert "need at least" in out["refused"]["h2"]
+
+
+def _contended(client: TestClient) -> None:
+    """Two devil jobs sharing h1 and h2 (devils over tolerance), h3 and h4 idle."""
+    t0 = time.time() - 30
+    for i in range(8):
+        for host, names in (("h1", ("a1", "b1")), ("h2", ("a2", "b2"))):
+            cs = [container(n, job=n[0], mpki=20.0) for n in names]
+            assert post_report(client, report(host, cs, ts=t0 + i)).status_code == 202
+        for host in ("h3", "h4"):
+            assert post_report(client, report(host, [], ts=t0 + i, busy=0.0)).status_code == 202
+
+
+def test_repack_plans_and_apply_stops_without_an_agent(
+    client: TestClient, clavisd: Clavisd
+) -> None:
+    _contended(client)
+    admin = login(client, "ada")
+    r = client.post("/api/v1/repack", json={"apply": False}, headers=admin)
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["decision"] == "planned", out
+    assert out["f_target"] < out["f_current"]
+    plan = out["plan"]
+    assert plan["state"] == "pending" and plan["steps"]
+    assert set(plan["summary"]["contended"]) == {"h1", "h2"}
+    # Apply: no migrator agent listens, so the plan stays pending and says why.
+    r = client.post(f"/api/v1/plans/{plan['id']}/apply", headers=admin)
+    assert r.status_code == 200
+    after = r.json()
+    assert after["state"] == "pending"
+    assert "no migrator agent answered" in after["message"]
+    assert all(s["state"] == "pending" for s in after["steps"])
+    events = clavisd.store.events(plan["id"])
+    assert [e["state"] for e in events if e["idx"] == 0] == ["dispatched", "pending"]
+
+
+def test_advice_file(client: TestClient, clavisd: Clavisd) -> None:
+    _contended(client)
+    clavisd.publish_advice()
+    doc = json.loads(clavisd.config.advice.path.read_text())
+    assert doc["kind"] == "clavis.advice" and doc["schema_version"] == 1
+    nodes = {n["node"]: n for n in doc["nodes"]}
+    assert nodes["a1"] == {"node": "a1", "host": "h1", "rack": "r1", "contention": "contended",
+                           "node_class": "devil"}  # fmt: skip
+    assert nodes["b2"]["host"] == "h2" and nodes["b2"]["rack"] == "r0"
