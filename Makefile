@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench-solver bench-pareto schemas clean
+.PHONY: demo test lint typecheck unit bench-solver bench-pareto bench-ingest schemas clean
 
 $(STAMP): solver/requirements.lock solver/pyproject.toml contracts/pyproject.toml \
 	    deploy/bootstrap/python.sh
@@ -26,7 +26,8 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 
 typecheck: $(STAMP)
-	$(VENV)/bin/mypy solver/clavis contracts/clavis_contracts bench/report.py bench/solver/solver_bench.py bench/pareto/pareto_bench.py
+	$(VENV)/bin/mypy solver/clavis contracts/clavis_contracts bench/report.py bench/solver/solver_bench.py bench/pareto/pareto_bench.py \
+	    bench/ingest/ingest_bench.py
 
 unit: $(STAMP)
 	$(VENV)/bin/pytest -q
@@ -38,6 +39,9 @@ bench-solver: $(STAMP)
 
 bench-pareto: $(STAMP)
 	$(PY) bench/pareto/pareto_bench.py
+
+bench-ingest: $(STAMP)
+	$(PY) bench/ingest/ingest_bench.py
 
 schemas: $(STAMP)
 	$(VENV)/bin/clavis schema --write docs/schema

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from clavis import cli_service
 from clavis.cli_pareto import add_parsers
 from clavis.documents import (
     InputError,
@@ -216,6 +217,7 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--write", metavar="DIR", help="write <kind>.schema.json files into DIR")
     c.set_defaults(func=cmd_schema)
     add_parsers(sub)
+    cli_service.add_parsers(sub)
     return top
 
 

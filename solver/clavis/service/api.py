@@ -11,12 +11,13 @@ import secrets
 import time
 from typing import TYPE_CHECKING, Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path, Request
 from fastapi.openapi.utils import get_openapi
 from pydantic import ValidationError
 
 from clavis.documents import describe
 from clavis.model import WeightsFile
+from clavis.objectives import Weights
 from clavis.service import schemas as s
 from clavis.service.auth import AuthError, Role, check_password, token_digest
 from clavis_contracts import MonitorReport
@@ -65,6 +66,7 @@ def require(role: Role) -> Any:
     return Depends(dep)
 
 
+PlanId = Annotated[int, Path(ge=1, le=2**62)]
 Viewer = Annotated[str, require("viewer")]
 Admin = Annotated[str, require("admin")]
 router = APIRouter(prefix=API)
@@ -78,6 +80,12 @@ def health(request: Request) -> s.Health:
     )
 
 
+def _raw_body(model: str) -> dict[str, Any]:
+    """OpenAPI for a body read raw (signatures cover exact bytes); see create_app."""
+    ref = {"$ref": f"#/components/schemas/{model}"}
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": ref}}}}
+
+
 _REPORT_ERRORS: dict[int | str, dict[str, Any]] = {
     401: _ERR, 409: _ERR, 413: _ERR, 422: _ERR, 503: _ERR,
 }  # fmt: skip
@@ -88,14 +96,7 @@ _REPORT_ERRORS: dict[int | str, dict[str, Any]] = {
     status_code=202,
     response_model=s.ReportAccepted,
     responses=_REPORT_ERRORS,
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {
-                "application/json": {"schema": {"$ref": "#/components/schemas/MonitorReport"}}
-            },
-        }
-    },
+    openapi_extra=_raw_body("MonitorReport"),
 )
 async def post_report(request: Request) -> s.ReportAccepted:
     """A monitor's report (signed). 413 oversize, 401 unauthenticated, 422 malformed,
@@ -186,7 +187,12 @@ def weights(request: Request, _: Viewer) -> s.WeightsOut:
     return s.WeightsOut(P=w.P, D=w.D, C=w.C, M=w.M, source=source)
 
 
-@router.post("/weights", response_model=s.WeightsOut, responses={**_AUTH_ERRORS, 422: _ERR})
+@router.post(
+    "/weights",
+    response_model=s.WeightsOut,
+    responses={**_AUTH_ERRORS, 422: _ERR},
+    openapi_extra=_raw_body("WeightsFile"),
+)
 async def set_weights(request: Request, user: Admin) -> s.WeightsOut:
     """Make a weights file of `clavis calibrate` (docs/schema/weights.schema.json) current."""
     body = await request.body()
@@ -194,6 +200,11 @@ async def set_weights(request: Request, user: Admin) -> s.WeightsOut:
         doc = WeightsFile.model_validate_json(body)
     except ValidationError as exc:
         raise HTTPException(422, f"malformed weights file: {describe(exc, None)}") from None
+    given = doc.weights
+    try:  # the document allows what F does not: negative or all-zero weights
+        Weights(given.P, given.D, given.C, given.M)
+    except ValueError as exc:
+        raise HTTPException(422, f"weights file: {exc}") from None
     d = _d(request)
     d.store.add_weights(doc.model_dump_json(), user, time.time())
     w, source = d.weights()
@@ -216,7 +227,7 @@ def plans(request: Request, _: Viewer) -> list[s.PlanOut]:
 
 
 @router.get("/plans/{plan_id}", response_model=s.PlanOut, responses={**_AUTH_ERRORS, 404: _ERR})
-def plan(request: Request, plan_id: int, _: Viewer) -> s.PlanOut:
+def plan(request: Request, plan_id: PlanId, _: Viewer) -> s.PlanOut:
     return plan_out(_d(request), plan_id)
 
 
@@ -229,7 +240,7 @@ async def repack(request: Request, body: s.RepackIn, _: Admin) -> s.RepackOut:
 
 @router.post("/plans/{plan_id}/apply", response_model=s.PlanOut,
              responses={**_AUTH_ERRORS, 404: _ERR, 409: _ERR})  # fmt: skip
-async def apply_plan(request: Request, plan_id: int, _: Admin) -> s.PlanOut:
+async def apply_plan(request: Request, plan_id: PlanId, _: Admin) -> s.PlanOut:
     d = _d(request)
     plan_out(d, plan_id)
     try:
@@ -251,10 +262,20 @@ def create_app(d: Clavisd) -> FastAPI:
         doc = get_openapi(title=app.title, version=app.version, routes=app.routes)
         # The report body is read raw (its signature covers the exact bytes), so its
         # schema is added here from the contract rather than inferred from a parameter.
-        report = MonitorReport.model_json_schema(ref_template="#/components/schemas/{model}")
         comps = doc.setdefault("components", {}).setdefault("schemas", {})
-        comps.update(report.pop("$defs", {}))
-        comps["MonitorReport"] = report
+        for model in (MonitorReport, WeightsFile):
+            body = model.model_json_schema(ref_template="#/components/schemas/{model}")
+            comps.update(body.pop("$defs", {}))
+            comps[model.__name__] = body
+        # F takes only non-negative weights with one positive (objectives.Weights); the
+        # weights document allows more, so the API states what it accepts.
+        comps["WeightsFile"]["properties"]["weights"] = {
+            "allOf": [
+                {"$ref": "#/components/schemas/ObjectiveValues"},
+                {"properties": {k: {"minimum": 0} for k in "PDCM"}},
+                {"anyOf": [{"properties": {k: {"exclusiveMinimum": 0}}} for k in "PDCM"]},
+            ]
+        }
         app.openapi_schema = doc
         return doc
 

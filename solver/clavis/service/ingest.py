@@ -33,7 +33,7 @@ from clavis.service.classify import (
     vote,
 )
 from clavis.service.config import ClassifyConfig
-from clavis.service.store import Store, upsert
+from clavis.service.store import FastInsert, Store, upsert, upsert_statement
 from clavis_contracts import MonitorReport
 
 log = logging.getLogger("clavisd.ingest")
@@ -53,13 +53,22 @@ class ClassBook:
     container_job: dict[str, str | None] = field(default_factory=dict)
     jobs: dict[str, Klass | None] = field(default_factory=dict)
     apps: dict[str, Klass] = field(default_factory=dict)
+    job_members: dict[str, set[str]] = field(default_factory=dict)
+
+    def set_job(self, container: str, job: str | None) -> None:
+        old = self.container_job.get(container)
+        if old is not None and old != job:
+            self.job_members.get(old, set()).discard(container)
+        self.container_job[container] = job
+        if job is not None:
+            self.job_members.setdefault(job, set()).add(container)
 
     @staticmethod
     def load(store: Store) -> ClassBook:
         book = ClassBook()
         for c in store.containers():
             book.containers[c["name"]] = ClassState(c["klass"], c["class_source"], c["votes"])
-            book.container_job[c["name"]] = c["job"]
+            book.set_job(c["name"], c["job"])
         for j in store.jobs():
             book.jobs[j["name"]] = j["klass"]
         book.apps = {a: k for a, k in store.app_classes().items() if k in ("devil", "turtle")}  # type: ignore[misc]
@@ -70,10 +79,12 @@ class ClassBook:
 class _Staged:
     """What one batch changes: rows to write and the class book after it."""
 
-    host_samples: list[dict[str, Any]] = field(default_factory=list)
-    container_samples: list[dict[str, Any]] = field(default_factory=list)
-    hosts: list[dict[str, Any]] = field(default_factory=list)
-    containers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Rows as tuples in the column order of _HOST_SAMPLE, _CONTAINER_SAMPLE, _HOST, _CONTAINER.
+    host_samples: list[tuple[Any, ...]] = field(default_factory=list)
+    container_samples: list[tuple[Any, ...]] = field(default_factory=list)
+    hosts: list[tuple[Any, ...]] = field(default_factory=list)
+    containers: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    container_jobs: dict[str, str | None] = field(default_factory=dict)
     changes: list[dict[str, Any]] = field(default_factory=list)
     states: dict[str, ClassState] = field(default_factory=dict)
     touched_jobs: dict[str, str] = field(default_factory=dict)  # job -> app
@@ -85,11 +96,10 @@ def stage(reports: list[MonitorReport], book: ClassBook, cfg: ClassifyConfig) ->
     out = _Staged()
     for r in reports:
         ts = r.timestamp.timestamp()
-        out.host_samples.append({"host": r.host, "ts": ts, "resolution_s": r.interval_s,
-                                 "busy_cores": r.busy_cores, "watts": r.power.watts,
-                                 "power_source": r.power.source})  # fmt: skip
-        out.hosts.append({"b_name": r.host, "b_ts": ts, "b_busy": r.busy_cores,
-                          "b_watts": r.power.watts})  # fmt: skip
+        out.host_samples.append(
+            (r.host, ts, r.interval_s, r.busy_cores, r.power.watts, r.power.source)
+        )
+        out.hosts.append((r.host, ts, r.busy_cores, r.power.watts))
         threshold = threshold_for(r.host, cfg.devil_threshold_mpki, cfg.host_thresholds)
         for c in r.containers:
             traffic = json.dumps({p.peer: p.bytes_per_s for p in c.traffic})
@@ -108,19 +118,15 @@ def stage(reports: list[MonitorReport], book: ClassBook, cfg: ClassifyConfig) ->
             out.states[c.name] = state
             if c.job is not None:
                 out.touched_jobs[c.job] = app or c.job
-            out.container_samples.append({
-                "container": c.name, "host": r.host, "job": c.job, "ts": ts,
-                "resolution_s": r.interval_s, "busy_cores": c.busy_cores,
-                "intensity_mpki": c.intensity_mpki, "intensity_source": c.intensity_source,
-                "traffic": traffic,
-            })  # fmt: skip
-            out.containers[c.name] = {
-                "name": c.name, "host": r.host, "job": c.job, "app": app, "cores": c.cores,
-                "memory_bytes": c.memory_bytes, "busy_cores": c.busy_cores,
-                "intensity_mpki": c.intensity_mpki, "klass": state.klass,
-                "class_source": state.source, "votes": state.votes, "traffic": traffic,
-                "updated": ts,
-            }  # fmt: skip
+            out.container_samples.append((
+                c.name, r.host, c.job, ts, r.interval_s, c.busy_cores, c.intensity_mpki,
+                c.intensity_source, traffic,
+            ))  # fmt: skip
+            out.containers[c.name] = (
+                c.name, r.host, c.job, app, c.cores, c.memory_bytes, c.busy_cores,
+                c.intensity_mpki, state.klass, state.source, state.votes, traffic, ts,
+            )  # fmt: skip
+            out.container_jobs[c.name] = c.job
     return out
 
 
@@ -133,6 +139,7 @@ class Ingestor:
         self.batch_max = batch_max
         self.batch_wait_s = batch_wait_s
         self.book = ClassBook.load(store)
+        self._sql = _Statements(store.engine.dialect.name)
         self.stored = 0
         self._queue: queue.Queue[_Pending] = queue.Queue(maxsize=100_000)
         self._stop = threading.Event()
@@ -186,11 +193,11 @@ class Ingestor:
         staged = stage(reports, self.book, self.cfg)
         jobs = self._job_rows(staged)
         with self.store.engine.begin() as conn:
-            _write_rows(conn, staged, jobs)
+            _write_rows(conn, self._sql, staged, jobs)
         # Only a committed batch changes the in-memory book.
         self.book.containers.update(staged.states)
-        for name, row in staged.containers.items():
-            self.book.container_job[name] = row["job"]
+        for name, job in staged.container_jobs.items():
+            self.book.set_job(name, job)
         for j in jobs:
             self.book.jobs[j["name"]] = j["klass"]
             if j["klass"] is not None:
@@ -201,12 +208,13 @@ class Ingestor:
         if not staged.touched_jobs:
             return []
         members: dict[str, list[Klass | None]] = {j: [] for j in staged.touched_jobs}
-        for name, job in self.book.container_job.items():
-            if job in members and name not in staged.containers:
-                members[job].append(self.book.containers[name].klass)
-        for name, row in staged.containers.items():
-            if row["job"] in members:
-                members[row["job"]].append(staged.states[name].klass)
+        for job, found in members.items():
+            for name in self.book.job_members.get(job, ()):
+                if name not in staged.container_jobs:
+                    found.append(self.book.containers[name].klass)
+        for name, member_of in staged.container_jobs.items():
+            if member_of is not None and member_of in members:
+                members[member_of].append(staged.states[name].klass)
         rows = []
         for job, app in staged.touched_jobs.items():
             klass = job_class(members[job])
@@ -215,21 +223,40 @@ class Ingestor:
         return rows
 
 
-def _write_rows(conn: Connection, s: _Staged, jobs: list[dict[str, Any]]) -> None:
-    conn.execute(insert(t.host_samples), s.host_samples)
-    if s.container_samples:
-        conn.execute(insert(t.container_samples), s.container_samples)
-    conn.execute(
-        sql_update(t.hosts)
-        .where(t.hosts.c.name == bindparam("b_name"))
-        .values(
-            last_report=bindparam("b_ts"),
-            busy_cores=bindparam("b_busy"),
-            watts=bindparam("b_watts"),
-        ),
-        s.hosts,
-    )
-    upsert(conn, t.containers, list(s.containers.values()), ["name"])
+_HOST_SAMPLE = ("host", "ts", "resolution_s", "busy_cores", "watts", "power_source")
+_CONTAINER_SAMPLE = ("container", "host", "job", "ts", "resolution_s", "busy_cores",
+                     "intensity_mpki", "intensity_source", "traffic")  # fmt: skip
+_HOST = ("b_name", "b_ts", "b_busy", "b_watts")
+_CONTAINER = ("name", "host", "job", "app", "cores", "memory_bytes", "busy_cores",
+              "intensity_mpki", "klass", "class_source", "votes", "traffic", "updated")  # fmt: skip
+
+
+class _Statements:
+    """The ingest's statements, compiled once per dialect (see store.FastInsert)."""
+
+    def __init__(self, dialect: str) -> None:
+        self.host_samples = FastInsert(insert(t.host_samples), _HOST_SAMPLE)
+        self.container_samples = FastInsert(insert(t.container_samples), _CONTAINER_SAMPLE)
+        self.hosts = FastInsert(
+            sql_update(t.hosts)
+            .where(t.hosts.c.name == bindparam("b_name"))
+            .values(
+                last_report=bindparam("b_ts"),
+                busy_cores=bindparam("b_busy"),
+                watts=bindparam("b_watts"),
+            ),
+            _HOST,
+        )
+        self.containers = FastInsert(
+            upsert_statement(dialect, t.containers, _CONTAINER, ["name"]), _CONTAINER
+        )
+
+
+def _write_rows(conn: Connection, q: _Statements, s: _Staged, jobs: list[dict[str, Any]]) -> None:
+    q.host_samples.run(conn, s.host_samples)
+    q.container_samples.run(conn, s.container_samples)
+    q.hosts.run(conn, s.hosts)
+    q.containers.run(conn, list(s.containers.values()))
     if s.changes:
         conn.execute(insert(t.classifications), s.changes)
     upsert(conn, t.jobs, jobs, ["name"])

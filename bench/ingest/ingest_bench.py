@@ -1,0 +1,243 @@
+"""Ingest load benchmark (issue 4): simulated monitors against a real clavisd, loopback only.
+
+    python bench/ingest/ingest_bench.py [--hosts 1000] [--containers 8] [--seconds 60]
+
+Starts clavisd (its own process, a fresh SQLite store in a temporary directory), then
+one asyncio client process plays every host: each host keeps one HTTP/1.1 keep-alive
+connection and sends one signed report per second, phases spread over the second. The
+latency of a report is from its first byte sent to its answer read. At the end the
+store is counted: every accepted report must be there. Results go to
+bench/results/ingest.json and the ingest section of docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from report import describe, machine, write_json, write_section
+
+from clavis_contracts.signing import sign
+
+ROOT = Path(__file__).resolve().parents[2]
+SECRET = b"bench-secret-0123456789abcdef"
+
+
+@dataclass
+class Tally:
+    latencies: list[float] = field(default_factory=list)
+    statuses: dict[int, int] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def setup(tmp: Path, hosts: int, port: int) -> Path:
+    cluster = {"name": "bench", "hosts": [
+        {"name": f"h{i:04d}", "rack": f"r{i // 40}", "cores": 32,
+         "domains": {"count": 2, "cores_per_domain": 16},
+         "power": {"idle_w": 100, "peak_w": 300, "off_w": 10}}
+        for i in range(hosts)
+    ]}  # fmt: skip
+    (tmp / "cluster.yaml").write_text(yaml.safe_dump(cluster))
+    (tmp / "secret").write_bytes(SECRET)
+    (tmp / "secret").chmod(0o600)
+    cfg = tmp / "clavis.toml"
+    cfg.write_text(
+        f'cluster_file = "{tmp / "cluster.yaml"}"\n[server]\nport = {port}\n'
+        f'[store]\nurl = "sqlite:///{tmp / "clavis.db"}"\n'
+        f'[security]\nsecret_file = "{tmp / "secret"}"\n'
+        f'[advice]\npath = "{tmp / "advice.json"}"\n[repack]\ninterval_s = 0\n'
+    )
+    return cfg
+
+
+def body_of(host: int, containers: int, now: float) -> bytes:
+    name = f"h{host:04d}"
+    nodes = [f"{name}-n{k}" for k in range(containers)]
+    doc = {
+        "host": name,
+        "timestamp": dt.datetime.fromtimestamp(now, dt.UTC).isoformat(),
+        "interval_s": 1.0,
+        "busy_cores": 12.0,
+        "power": {"watts": 180.0 + host % 7, "source": "ipmi-dcmi"},
+        "containers": [
+            {"name": n, "job": f"j{host}", "cores": 4, "memory_bytes": 2**31, "busy_cores": 3.5,
+             "intensity_mpki": 2.0 + k, "intensity_source": "recorded",
+             "traffic": [{"peer": p, "bytes_per_s": 1e6} for p in nodes if p != n][:2]}
+            for k, n in enumerate(nodes)
+        ],
+    }  # fmt: skip
+    return json.dumps(doc).encode()
+
+
+async def one_host(host: int, args: argparse.Namespace, port: int, t0: float, tally: Tally) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    phase = host / args.hosts
+    try:
+        for k in range(args.seconds):
+            due = t0 + phase + k
+            await asyncio.sleep(max(0.0, due - time.time()))
+            now = time.time()
+            body = body_of(host, args.containers, now)
+            headers = sign(SECRET, "POST", "/api/v1/reports", body, now)
+            head = "".join(f"{h}: {v}\r\n" for h, v in headers.items())
+            req = (
+                "POST /api/v1/reports HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n{head}\r\n"
+            ).encode()
+            start = time.perf_counter()
+            writer.write(req + body)
+            status_line = await reader.readline()
+            length = 0
+            while (line := await reader.readline()) not in (b"\r\n", b""):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":")[1])
+            answer = await reader.readexactly(length)
+            tally.latencies.append(time.perf_counter() - start)
+            status = int(status_line.split()[1])
+            tally.statuses[status] = tally.statuses.get(status, 0) + 1
+            if status != 202 and len(tally.errors) < 5:
+                tally.errors.append(answer.decode(errors="replace")[:200])
+    finally:
+        writer.close()
+
+
+async def drive(args: argparse.Namespace, port: int) -> tuple[Tally, float]:
+    tally = Tally()
+    t0 = time.time() + 2.0
+    await asyncio.gather(*(one_host(h, args, port, t0, tally) for h in range(args.hosts)))
+    return tally, time.time() - t0
+
+
+def wait_ready(port: int, proc: subprocess.Popen[bytes], limit_s: float = 60) -> None:
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"clavisd exited with {proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError("clavisd did not start listening")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process, from /proc (all its threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))] if s else float("nan")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--hosts", type=int, default=1000)
+    p.add_argument("--containers", type=int, default=8)
+    p.add_argument("--seconds", type=int, default=60)
+    p.add_argument("--no-write", action="store_true", help="print only (for quick checks)")
+    args = p.parse_args()
+    load_before = os.getloadavg()[0]  # other work on the machine skews every figure
+    with tempfile.TemporaryDirectory(prefix="clavis-ingest-") as tmp:
+        port = free_port()
+        cfg = setup(Path(tmp), args.hosts, port)
+        log = open(Path(tmp) / "clavisd.log", "wb")  # noqa: SIM115 - closed below
+        exe = Path(sys.executable).parent / "clavisd"
+        cmd = os.environ.get("CLAVIS_BENCH_SERVER", str(exe)).split()
+        proc = subprocess.Popen([*cmd, "--config", str(cfg), "--log-level", "warning"],
+                                stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+        try:
+            wait_ready(port, proc)
+            cpu0 = os.times()
+            server0 = cpu_seconds(proc.pid)
+            tally, wall = asyncio.run(drive(args, port))
+            client_cpu = sum(os.times()[:2]) - sum(cpu0[:2])
+            server_cpu = cpu_seconds(proc.pid) - server0
+            time.sleep(0.5)
+        finally:
+            os.kill(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait()
+            log.close()
+        db = sqlite3.connect(Path(tmp) / "clavis.db")
+        stored = db.execute("select count(*) from host_samples").fetchone()[0]
+        stored_c = db.execute("select count(*) from container_samples").fetchone()[0]
+        db.close()
+    sent = args.hosts * args.seconds
+    accepted = tally.statuses.get(202, 0)
+    result = {
+        "hosts": args.hosts, "containers_per_report": args.containers, "seconds": args.seconds,
+        "sent": sent, "accepted": accepted, "statuses": tally.statuses,
+        "stored_reports": stored, "stored_container_samples": stored_c,
+        "lost": accepted - stored, "wall_s": round(wall, 2),
+        "accepted_per_s": round(accepted / wall, 1),
+        "p50_ms": round(1000 * pct(tally.latencies, 0.50), 2),
+        "p99_ms": round(1000 * pct(tally.latencies, 0.99), 2),
+        "max_ms": round(1000 * max(tally.latencies, default=float("nan")), 2),
+        "client_cpu_s": round(client_cpu, 1), "server_cpu_s": round(server_cpu, 1),
+        "server_cpu_ms_per_report": round(1000 * server_cpu / max(accepted, 1), 3),
+        "load_average_before": load_before, "errors": tally.errors,
+        "target_p99_ms": 100, "machine": machine(),
+    }  # fmt: skip
+    result["pass"] = bool(result["lost"] == 0 and accepted == sent and result["p99_ms"] < 100)
+    print(json.dumps({k: v for k, v in result.items() if k != "machine"}, indent=1))
+    if not args.no_write:
+        write_json(ROOT / "bench" / "results" / "ingest.json", result)
+        write_section(ROOT / "docs" / "benchmarks.md", "ingest-bench", section(result))
+    return 0 if result["pass"] else 1
+
+
+def section(r: dict[str, Any]) -> str:
+    verdict = "met" if r["pass"] else "NOT met"
+    row = (
+        f"| {r['sent']} | {r['accepted']} | {r['stored_reports']} | {r['lost']} | "
+        f"{r['accepted_per_s']} | {r['p50_ms']} ms | {r['p99_ms']} ms | {r['max_ms']} ms | "
+        f"{r['server_cpu_ms_per_report']} ms | p99 < {r['target_p99_ms']} ms: {verdict} |"
+    )
+    return f"""## Ingest (clavisd, `bench/ingest/ingest_bench.py`)
+
+{r["hosts"]} simulated hosts each send one signed report per second with
+{r["containers_per_report"]} containers (2 traffic peers each) for {r["seconds"]} s to one
+clavisd on loopback (SQLite store); the client and clavisd share the machine. Latency runs
+from the first byte sent to the answer read, so it includes queueing when clavisd falls
+behind; "stored" is counted in the store afterwards. Server CPU is clavisd's user + system
+time (all threads) per accepted report. Load average before the run:
+{r["load_average_before"]:.2f} (other work on the machine).
+
+| sent | accepted | stored | lost | accepted/s | p50 | p99 | max | server CPU/report | target |
+|---|---|---|---|---|---|---|---|---|---|
+{row}
+
+{describe(r["machine"])}
+"""
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,108 @@
+"""A migrator-protocol recorder for tests only: it checks clavisd's signed requests and
+records what it was asked; it moves nothing. A step it accepts reports "done" after a
+delay. Never shipped: the real agent is clavis-migrator (a later issue)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from clavis_contracts import MigrationStep, StepStatus
+from clavis_contracts.signing import NonceCache, SignatureError, verify
+
+from .helpers import SECRET
+
+
+@dataclass
+class Record:
+    posts: dict[str, list[float]] = field(default_factory=dict)
+    accepted: dict[str, float] = field(default_factory=dict)  # step -> when it started
+    steps: dict[str, MigrationStep] = field(default_factory=dict)
+    refused: list[str] = field(default_factory=list)
+
+
+class AgentDouble:
+    def __init__(self, delay_s: float) -> None:
+        self.delay_s = delay_s
+        self.record = Record()
+        self.lock = threading.Lock()
+        self.nonces = NonceCache(30)
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> AgentDouble:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def status(self, step_id: str) -> StepStatus:
+        started = self.record.accepted[step_id]
+        done = time.time() - started >= self.delay_s
+        return StepStatus(step_id=step_id, state="done" if done else "running",
+                          updated=dt.datetime.now(dt.UTC),
+                          seconds=self.delay_s if done else None)  # fmt: skip
+
+    def done_steps(self) -> list[str]:
+        with self.lock:
+            return [s for s in self.record.accepted if self.status(s).state == "done"]
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        agent = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _answer(self, code: int, body: str) -> None:
+                data = body.encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _check(self, body: bytes) -> bool:
+                try:
+                    with agent.lock:
+                        verify(SECRET, self.command, self.path, body, dict(self.headers),
+                               now=time.time(), max_skew_s=30, nonces=agent.nonces)  # fmt: skip
+                except SignatureError as exc:
+                    agent.record.refused.append(str(exc))
+                    self._answer(401, json.dumps({"detail": str(exc)}))
+                    return False
+                return True
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                if not self._check(body):
+                    return
+                step = MigrationStep.model_validate_json(body)
+                with agent.lock:
+                    agent.record.posts.setdefault(step.step_id, []).append(time.time())
+                    # A step id seen before is a status query, never a second run.
+                    agent.record.accepted.setdefault(step.step_id, time.time())
+                    agent.record.steps[step.step_id] = step
+                    out = agent.status(step.step_id)
+                self._answer(200, out.model_dump_json())
+
+            def do_GET(self) -> None:
+                if not self._check(b""):
+                    return
+                step_id = self.path.rsplit("/", 1)[1]
+                with agent.lock:
+                    if step_id not in agent.record.accepted:
+                        self._answer(404, json.dumps({"detail": "unknown step"}))
+                        return
+                    out = agent.status(step_id)
+                self._answer(200, out.model_dump_json())
+
+        return Handler

@@ -1,0 +1,82 @@
+"""A real clavisd process for tests: started by the test, ended only by its own PID."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from .helpers import signed
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Daemon:
+    """One clavisd process started by this test, ended only by its own PID."""
+
+    def __init__(self, config: Path, port: int, log: Path) -> None:
+        self.config, self.port, self.log = config, port, log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        exe = Path(sys.executable).parent / "clavisd"
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen([str(exe), "--config", str(self.config)],
+                                         stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+        wait_for(self._healthy, 60, "clavisd to answer /health")
+
+    def _healthy(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise AssertionError(f"clavisd exited {self.proc.returncode}: {self.log.read_text()}")
+        try:
+            return httpx.get(f"{self.url}/api/v1/health", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+
+    def call(self, method: str, path: str, doc: Any = None) -> Any:
+        body = b"" if doc is None else json.dumps(doc).encode()
+        r = httpx.request(method, self.url + path, content=body,
+                          headers=signed(path, body, method), timeout=60)  # fmt: skip
+        assert r.status_code < 300, r.text
+        return r.json()
+
+
+def wait_for(cond: Callable[[], bool], limit_s: float, what: str) -> None:
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {limit_s} s waiting for {what}")
