@@ -20,18 +20,26 @@ class _Section(BaseModel):
 
 
 class ServerConfig(_Section):
-    listen: str = "127.0.0.1"
-    port: int = Field(default=7780, ge=1, le=65535)
+    listen: str = Field(default="127.0.0.1", description="Address the API listens on.")
+    port: int = Field(default=7780, ge=1, le=65535, description="TCP port of the API.")
 
 
 class StoreConfig(_Section):
-    url: str = "sqlite:////var/lib/clavis/clavis.db"
+    url: str = Field(
+        default="sqlite:////var/lib/clavis/clavis.db",
+        description="SQLAlchemy URL of the store; postgresql://… for PostgreSQL.",
+    )
 
 
 class SecurityConfig(_Section):
-    secret_file: Path = Path("/etc/clavis/secret")
-    max_skew_s: float = Field(default=30.0, gt=0, le=3600)
-    session_ttl_s: float = Field(default=8 * 3600.0, gt=0)
+    secret_file: Path = Field(
+        default=Path("/etc/clavis/secret"),
+        description="Shared agent secret, mode 0600, at least 16 bytes.",
+    )
+    max_skew_s: float = Field(
+        default=30.0, gt=0, le=3600, description="Signed requests further off are refused."
+    )
+    session_ttl_s: float = Field(default=8 * 3600.0, gt=0, description="UI login lifetime.")
 
 
 class User(_Section):
@@ -41,11 +49,19 @@ class User(_Section):
 
 
 class IngestConfig(_Section):
-    max_report_bytes: int = Field(default=256 * 1024, ge=1024)
-    max_report_age_s: float = Field(default=120.0, gt=0)
-    max_future_s: float = Field(default=30.0, ge=0)
-    batch_max: int = Field(default=500, ge=1)
-    batch_wait_ms: float = Field(default=20.0, ge=0)
+    max_report_bytes: int = Field(
+        default=256 * 1024, ge=1024, description="Larger reports get 413."
+    )
+    max_report_age_s: float = Field(
+        default=120.0,
+        gt=0,
+        description="Older reports get 422; hosts silent this long count as draining.",
+    )
+    max_future_s: float = Field(
+        default=30.0, ge=0, description="Reports stamped further ahead get 422."
+    )
+    batch_max: int = Field(default=500, ge=1, description="Reports per store transaction.")
+    batch_wait_ms: float = Field(default=20.0, ge=0, description="How long a batch waits to fill.")
 
 
 class RetentionConfig(_Section):
@@ -55,42 +71,61 @@ class RetentionConfig(_Section):
 
 
 class ClassifyConfig(_Section):
-    devil_threshold_mpki: float = Field(default=4.5, gt=0)
+    devil_threshold_mpki: float = Field(
+        default=4.5, gt=0, description="Devil at or above this intensity (thesis §5.4)."
+    )
     host_thresholds: dict[str, float] = Field(
         default_factory=dict, description="Host name prefix -> threshold (per host model)."
     )
-    window: int = Field(default=10, ge=1, le=1000)
-    votes: int = Field(default=7, ge=1, le=1000)
+    window: int = Field(default=10, ge=1, le=1000, description="Hysteresis window, samples.")
+    votes: int = Field(
+        default=7, ge=1, le=1000, description="Votes of the window to change class (DINO)."
+    )
 
 
 class RepackConfig(_Section):
     interval_s: float = Field(default=60.0, ge=0, description="Internal loop; 0 = off.")
-    margin: float = Field(default=0.02, ge=0, le=1)
-    method: str = "cpsat"
-    time_limit_s: float = Field(default=60.0, gt=0)
-    workers: int = Field(default=2, ge=0)
-    parallelism: int = Field(default=2, ge=1)
-    step_deadline_s: float = Field(default=600.0, gt=0)
-    poll_s: float = Field(default=1.0, gt=0)
-    default_weights: tuple[float, float, float, float] = (0.15, 1.94, 0.68, 0.5)
+    margin: float = Field(
+        default=0.02, ge=0, le=1, description="Plan only if F improves by more than this."
+    )
+    method: str = Field(default="cpsat", description="Placement method (`clavis solve`).")
+    time_limit_s: float = Field(default=60.0, gt=0, description="Solver time per pass.")
+    workers: int = Field(default=2, ge=0, description="Solver threads; 0 = all cores.")
+    parallelism: int = Field(default=2, ge=1, description="Migrations at once (per wave).")
+    step_deadline_s: float = Field(
+        default=600.0, gt=0, description="An agent rolls a step back after this."
+    )
+    poll_s: float = Field(default=1.0, gt=0, description="How often running steps are polled.")
+    default_weights: tuple[float, float, float, float] = Field(
+        default=(0.15, 1.94, 0.68, 0.5),
+        description="P, D, C, M weights until a calibrated weights file is posted "
+        "(thesis §5.5.1 Parapluie weights, plus M).",
+    )
 
 
 class MigratorConfig(_Section):
     address: str = Field(default="{host}:7781", description="Agent address; {host} is replaced.")
-    timeout_s: float = Field(default=5.0, gt=0)
+    timeout_s: float = Field(default=5.0, gt=0, description="Per request to an agent.")
 
 
 class AdviceConfig(_Section):
-    path: Path = Path("/run/clavis/advice.json")
-    valid_s: float = Field(default=180.0, gt=0)
+    path: Path = Field(
+        default=Path("/run/clavis/advice.json"), description="Advice file for select_clavis."
+    )
+    valid_s: float = Field(default=180.0, gt=0, description="Readers ignore older advice.")
 
 
 class Config(_Section):
-    cluster_file: Path = Path("/etc/clavis/cluster.yaml")
+    cluster_file: Path = Field(
+        default=Path("/etc/clavis/cluster.yaml"),
+        description="Hosts, racks, domains, power (docs/schema/cluster.schema.json).",
+    )
     server: ServerConfig = ServerConfig()
     store: StoreConfig = StoreConfig()
     security: SecurityConfig = SecurityConfig()
-    users: list[User] = Field(default_factory=list)
+    users: list[User] = Field(
+        default_factory=list, description="UI logins: `[[users]]` name, role, password_scrypt."
+    )
     ingest: IngestConfig = IngestConfig()
     retention: RetentionConfig = RetentionConfig()
     classify: ClassifyConfig = ClassifyConfig()
