@@ -167,9 +167,13 @@ def enumerable_instance(seed: int, hosts: int = 4, containers: int = 8) -> tuple
     """Two racks of 4-core hosts and jobs of two containers (one to two cores, a random
     class, traffic inside each job): every placement can be enumerated."""
     rng = random.Random(seed)
-    host_docs = [
-        host_document(f"h{i}", f"r{i * 2 // hosts}", 4, 2, (60.0, 100.0, 6.0)) for i in range(hosts)
-    ]
+    # Hosts of different generations (idle and peak watts differ) give P many levels,
+    # so the front has real trade-offs instead of a handful of corners.
+    host_docs = []
+    for i in range(hosts):
+        idle = rng.uniform(40, 90)
+        watts = (idle, idle + rng.uniform(20, 80), 6.0)
+        host_docs.append(host_document(f"h{i}", f"r{i * 2 // hosts}", 4, 2, watts))
     jobs = []
     for j in range(containers // 2):
         devil = rng.random() < 0.5
