@@ -16,8 +16,9 @@ from fastapi.openapi.utils import get_openapi
 from pydantic import ValidationError
 
 from clavis.documents import describe
-from clavis.model import WeightsFile
+from clavis.model import Front, WeightsFile
 from clavis.objectives import Weights
+from clavis.service import calibration_api
 from clavis.service import schemas as s
 from clavis.service.auth import AuthError, Role, check_password, token_digest
 from clavis_contracts import MonitorReport
@@ -255,6 +256,7 @@ def create_app(d: Clavisd) -> FastAPI:
                   docs_url=None, redoc_url=None)  # fmt: skip
     app.state.clavisd = d
     app.include_router(router)
+    app.include_router(calibration_api.router(require("admin"), require("viewer"), _AUTH_ERRORS))
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema:
@@ -263,7 +265,7 @@ def create_app(d: Clavisd) -> FastAPI:
         # The report body is read raw (its signature covers the exact bytes), so its
         # schema is added here from the contract rather than inferred from a parameter.
         comps = doc.setdefault("components", {}).setdefault("schemas", {})
-        for model in (MonitorReport, WeightsFile):
+        for model in (MonitorReport, WeightsFile, Front):
             body = model.model_json_schema(ref_template="#/components/schemas/{model}")
             comps.update(body.pop("$defs", {}))
             comps[model.__name__] = body

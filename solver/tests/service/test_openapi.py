@@ -10,6 +10,7 @@ import pytest
 import schemathesis
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
+from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from clavis.service.api import create_app
 from clavis.service.config import load_config
@@ -40,11 +41,15 @@ def test_api_conforms_to_its_openapi_document(api_schema: schemathesis.BaseSchem
     assert len(operations) >= 12
 
     for op in operations:
+        # A front's cross-field rules (peak_w >= idle_w, cores = domains x cores per domain,
+        # ...) and whether picks yield weights are beyond JSON Schema: a body can match the
+        # schema and still be refused with 422, so only that one check is skipped there.
+        skip = [positive_data_acceptance] if "/fronts" in op.path else []
 
         @given(case=op.as_strategy())
         @settings(max_examples=15, deadline=None, database=None,
                   suppress_health_check=list(HealthCheck))  # fmt: skip
         def run(case: schemathesis.Case) -> None:
-            case.call_and_validate(headers=headers)
+            case.call_and_validate(headers=headers, excluded_checks=skip)  # noqa: B023 - run now
 
         run()

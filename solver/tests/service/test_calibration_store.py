@@ -1,0 +1,88 @@
+"""Calibration through clavisd (fronts, picks, weights) and the store's retention."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import yaml
+from fastapi.testclient import TestClient
+
+from clavis.service import tables as t
+from clavis.service.daemon import Clavisd
+
+from .helpers import login, post_report, report
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[3]
+
+
+def _front() -> dict[str, Any]:
+    worked = ROOT / "examples" / "worked"
+    cluster = yaml.safe_load((worked / "cluster.yaml").read_text())
+    workload = yaml.safe_load((worked / "workload.yaml").read_text())
+    assignment = yaml.safe_load((worked / "current.yaml").read_text())["assignment"]
+    corners = [(1, 0, 0), (0, 1, 0), (0, 0, 1), (0.6, 0.6, 0.6)]
+    points = [
+        {"id": i, "assignment": assignment,
+         "raw": {"P": p, "D": d, "C": c, "M": 0}, "normalised": {"P": p, "D": d, "C": c, "M": 0}}
+        for i, (p, d, c) in enumerate(corners)
+    ]  # fmt: skip
+    zero = {"P": 0, "D": 0, "C": 0, "M": 0}
+    return {
+        "cluster": cluster, "workload": workload, "lower": zero, "upper": zero, "points": points,
+        "search": {"algorithm": "nsga2", "population": 4, "generations": 1, "seed": 0,
+                   "seed_time": 0, "objectives": ["P", "D", "C"], "evaluations": 4,
+                   "hypervolume": 0.5, "seconds": 0.1},
+    }  # fmt: skip
+
+
+def test_front_picks_become_the_current_weights(client: TestClient) -> None:
+    admin = login(client, "ada")
+    assert client.get("/api/v1/weights", headers=admin).json()["source"] == "configured"
+    r = client.post("/api/v1/fronts", json=_front(), headers=admin)
+    assert r.status_code == 200, r.text
+    front = r.json()
+    assert front["points"] == 4 and front["objectives"] == ["P", "D", "C"]
+    r = client.post(f"/api/v1/fronts/{front['id']}/picks", json={"picks": [0, 1, 2]}, headers=admin)
+    assert r.status_code == 200, r.text
+    doc = r.json()["weights"]
+    assert doc["method"] == "thesis" and doc["front_sha256"] == front["sha256"]
+    w = client.get("/api/v1/weights", headers=admin).json()
+    assert w["source"] == "calibrated"
+    assert abs(w["P"] - 1 / 3) < 1e-6 and abs(w["D"] - 1 / 3) < 1e-6 and w["M"] == 0
+    # Refusals: unknown point, a repeated pick, an unknown front, a viewer.
+    for picks, words in (([0, 1, 9], "no schedule with id 9"), ([0, 0, 1], "picked twice")):
+        r = client.post(f"/api/v1/fronts/{front['id']}/picks", json={"picks": picks},
+                        headers=admin)  # fmt: skip
+        assert r.status_code == 422 and words in r.json()["detail"]
+    assert client.post("/api/v1/fronts/99/picks", json={"picks": [0, 1, 2]},
+                       headers=admin).status_code == 404  # fmt: skip
+    view = login(client, "vic")
+    assert client.post("/api/v1/fronts", json=_front(), headers=view).status_code == 403
+    assert [f["id"] for f in client.get("/api/v1/fronts", headers=view).json()] == [front["id"]]
+    r = client.post("/api/v1/fronts", content=b"{}", headers=admin)
+    assert r.status_code == 422 and "malformed front" in r.json()["detail"]
+
+
+def test_retention_downsamples_then_drops(client: TestClient, clavisd: Clavisd) -> None:
+    now = time.time()
+    for i in range(90):  # 90 s of reports, one a second, busy cores rising
+        doc = report("h1", [], ts=now - 100 + i, busy=float(i % 8), watts=100.0 + i)
+        assert post_report(client, doc).status_code == 202
+    store = clavisd.store
+    assert store.count(t.host_samples) == 90
+    # Everything older than 30 s to 60 s buckets; nothing older than 1000 s is dropped yet.
+    changed = store.apply_retention(now, raw_s=30, keep_s=1000, bucket_s=60)
+    assert changed > 0
+    with store.engine.connect() as conn:
+        rows = conn.execute(t.host_samples.select().order_by(t.host_samples.c.ts)).all()
+    raw = [r for r in rows if r.resolution_s == 1.0]
+    means = [r for r in rows if r.resolution_s == 60]
+    assert all(r.ts >= now - 30 for r in raw) and 1 <= len(means) <= 3  # 70 s span 2 or 3 buckets
+    total = sum(r.watts for r in raw) + sum(r.watts for r in means)
+    assert len(raw) + len(means) < 90 and total > 0
+    # Power fitting still works on the downsampled history.
+    x, _ = store.power_samples("h1", since=0)
+    assert len(x) == len(raw) + len(means)
+    store.apply_retention(now + 2000, raw_s=30, keep_s=1000, bucket_s=60)
+    assert store.count(t.host_samples) == 0
