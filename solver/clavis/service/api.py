@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path, Request
 from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
 from clavis.documents import describe
 from clavis.model import Front, WeightsFile
 from clavis.objectives import Weights
-from clavis.service import calibration_api
+from clavis.service import calibration_api, reports
 from clavis.service import schemas as s
 from clavis.service.auth import AuthError, Role, check_password, token_digest
 from clavis_contracts import MonitorReport
@@ -99,47 +100,19 @@ _REPORT_ERRORS: dict[int | str, dict[str, Any]] = {
     responses=_REPORT_ERRORS,
     openapi_extra=_raw_body("MonitorReport"),
 )
-async def post_report(request: Request) -> s.ReportAccepted:
+async def post_report(request: Request) -> Response:
     """A monitor's report (signed). 413 oversize, 401 unauthenticated, 422 malformed,
-    unknown host, stale or from the future, 409 not newer than the host's last report."""
+    unknown host, stale or from the future, 409 not newer than the host's last report.
+    Served by reports.ReportFastPath in clavisd; this route documents it and serves it
+    when the app runs without that layer."""
     d = _d(request)
-    limit = d.config.ingest.max_report_bytes
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise HTTPException(413, f"report is {declared} bytes; the limit is {limit}")
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise HTTPException(413, f"report exceeds the limit of {limit} bytes")
-    await _signed(request, bytes(body))
-    try:
-        report = MonitorReport.model_validate_json(bytes(body))
-    except ValidationError as exc:
-        raise HTTPException(422, f"malformed report: {describe(exc, None)}") from None
-    ts = report.timestamp.timestamp()
-    now = time.time()
-    if report.host not in d.host_names:
-        raise HTTPException(422, f"unknown host {report.host!r}: not in the cluster file")
-    if ts < now - d.config.ingest.max_report_age_s:
-        raise HTTPException(422, f"stale report: {now - ts:.0f} s old (limit "
-                                 f"{d.config.ingest.max_report_age_s:g} s)")  # fmt: skip
-    if ts > now + d.config.ingest.max_future_s:
-        raise HTTPException(422, f"report timestamp is {ts - now:.0f} s in the future")
-    last = d.last_report.get(report.host)
-    if last is not None and ts <= last:
-        raise HTTPException(409, f"report is not newer than the last one from {report.host!r}")
-    d.last_report[report.host] = ts
-    try:
-        done = d.ingestor.submit(report)
-    except Exception:
-        d.last_report[report.host] = last if last is not None else 0.0
-        raise HTTPException(503, "ingest queue full; retry later") from None
-    try:
-        await asyncio.wrap_future(done)
-    except RuntimeError:
-        raise HTTPException(503, "report could not be stored; retry later") from None
-    return s.ReportAccepted(host=report.host, timestamp=ts, containers=len(report.containers))
+    body = await reports.read_body(request.receive, d.config.ingest.max_report_bytes)
+    if body is None:
+        raise HTTPException(
+            413, f"report exceeds the limit of {d.config.ingest.max_report_bytes} bytes"
+        )
+    answer = await reports.accept(d, dict(request.headers), body)
+    return JSONResponse(answer.body, status_code=answer.status)
 
 
 @router.post("/login", response_model=s.LoginOut, responses={401: _ERR})
@@ -283,3 +256,8 @@ def create_app(d: Clavisd) -> FastAPI:
 
     app.openapi = openapi  # type: ignore[method-assign]
     return app
+
+
+def serve(d: Clavisd) -> reports.ReportFastPath:
+    """What clavisd serves: the API behind the report fast path."""
+    return reports.ReportFastPath(create_app(d), d)

@@ -23,7 +23,7 @@ from clavis.model import WeightsFile
 from clavis.objectives import Weights
 from clavis.service import advice, snapshot
 from clavis.service.agents import MigratorClient
-from clavis.service.api import create_app, plan_out
+from clavis.service.api import plan_out, serve
 from clavis.service.auth import AgentAuth, SecretFileError, hash_password, load_secret
 from clavis.service.config import DEFAULT_PATH, Config, ConfigError, load_config
 from clavis.service.ingest import Ingestor
@@ -203,7 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.setswitchinterval(0.0005)
     d.start()
     try:
-        uvicorn.run(create_app(d), host=d.config.server.listen, port=d.config.server.port,
+        uvicorn.run(serve(d), host=d.config.server.listen, port=d.config.server.port,
                     log_level=args.log_level, access_log=False)  # fmt: skip
     finally:
         d.stop()

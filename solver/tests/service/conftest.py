@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from clavis.service.api import create_app
+from clavis.service.api import serve
 from clavis.service.config import load_config
 from clavis.service.daemon import Clavisd
 
@@ -27,5 +27,5 @@ def clavisd(tmp_path: Path) -> Iterator[Clavisd]:
 
 @pytest.fixture
 def client(clavisd: Clavisd) -> Iterator[TestClient]:
-    with TestClient(create_app(clavisd)) as c:
+    with TestClient(serve(clavisd)) as c:
         yield c

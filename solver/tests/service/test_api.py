@@ -7,6 +7,7 @@ import time
 
 from fastapi.testclient import TestClient
 
+from clavis.service.api import create_app
 from clavis.service.daemon import Clavisd
 
 from .helpers import container, login, post_report, report, signed
@@ -194,3 +195,16 @@ def test_advice_file(client: TestClient, clavisd: Clavisd) -> None:
     assert nodes["a1"] == {"node": "a1", "host": "h1", "rack": "r1", "contention": "contended",
                            "node_class": "devil"}  # fmt: skip
     assert nodes["b2"]["host"] == "h2" and nodes["b2"]["rack"] == "r0"
+
+
+def test_the_framework_route_answers_like_the_fast_path(clavisd: Clavisd) -> None:
+    """Without the fast-path layer, FastAPI's own route applies the same rules."""
+    with TestClient(create_app(clavisd)) as plain:
+        doc = report("h3", [container("p1")])
+        assert post_report(plain, doc).status_code == 202
+        assert post_report(plain, doc).status_code == 409
+        r = plain.post("/api/v1/reports", content=b"{}")
+        assert r.status_code == 401
+        big = b"{" + b" " * 300_000 + b"}"
+        r = plain.post("/api/v1/reports", content=big, headers=signed("/api/v1/reports", big))
+        assert r.status_code == 413 and "limit" in r.json()["detail"]

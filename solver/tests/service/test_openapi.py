@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
-from clavis.service.api import create_app
+from clavis.service.api import serve
 from clavis.service.config import load_config
 from clavis.service.daemon import Clavisd
 
@@ -26,7 +26,7 @@ def api_schema(tmp_path_factory: pytest.TempPathFactory) -> Iterator[schemathesi
         '[migrator]\naddress = "127.0.0.1:9"\ntimeout_s = 0.5\n'  # fmt: skip
     d = Clavisd(load_config(write_setup(tmp, extra=extra)), SECRET)
     d.ingestor.start()
-    app = create_app(d)
+    app = serve(d)
     with TestClient(app) as c:
         app.state.admin_headers = login(c, "ada")
     yield schemathesis.openapi.from_asgi("/api/v1/openapi.json", app)
