@@ -2,8 +2,9 @@
  * mpi_pingpong.c - cross-node MPI check for the testbed.
  *
  * Ranks pass a token around a ring (each adds its rank: the total is known), then
- * ranks 0 and 1 ping-pong a buffer of known bytes to push measurable traffic over the
- * inter-rack link. Prints "ring=<sum> expect=<sum> pingpong_bytes=<n> ok" on success.
+ * rank 0 and the last rank ping-pong a buffer of known bytes, to push measurable
+ * traffic over the inter-rack link. On success it prints
+ *   ring=<sum> expect=<sum> pingpong_bytes=<n> seconds=<t> ok
  * Usage: mpi_pingpong MESSAGE_BYTES ROUNDS
  */
 #include <mpi.h>
@@ -14,8 +15,10 @@
 
 int main(int argc, char **argv)
 {
-	int rank, size, token, next, prev, i, bad = 0;
+	int rank, size, token, next, prev, last, i, bad = 0;
+	int *all_out, *all_in;
 	long bytes, rounds, r;
+	double t0, seconds = 0.0;
 	unsigned char *buf;
 	char host[256];
 
@@ -29,6 +32,27 @@ int main(int argc, char **argv)
 			fprintf(stderr, "need >= 2 ranks and positive BYTES ROUNDS\n");
 		MPI_Abort(MPI_COMM_WORLD, 2);
 	}
+	/*
+	 * MPICH 4.0.2's ch4:ucx MPI_Finalize disconnects the UCX endpoint to EVERY rank
+	 * and only then enters the PMI barrier, where it stops progressing UCX. An
+	 * endpoint that was never wired up needs the peer's progress to close, so a rank
+	 * that already sits in the PMI barrier deadlocks the others (seen here with 4
+	 * ranks and a ring). Exchanging with every rank first wires every endpoint up;
+	 * the barrier before MPI_Finalize lets the last wire-up replies arrive.
+	 */
+	all_out = calloc((size_t)size, sizeof(int));
+	all_in = calloc((size_t)size, sizeof(int));
+	if (!all_out || !all_in)
+		MPI_Abort(MPI_COMM_WORLD, 3);
+	for (i = 0; i < size; i++)
+		all_out[i] = rank;
+	MPI_Alltoall(all_out, 1, MPI_INT, all_in, 1, MPI_INT, MPI_COMM_WORLD);
+	for (i = 0; i < size; i++)
+		if (all_in[i] != i)
+			bad = 1;
+	free(all_out);
+	free(all_in);
+
 	gethostname(host, sizeof(host));
 	printf("rank %d of %d on %s\n", rank, size, host);
 	fflush(stdout);
@@ -49,12 +73,14 @@ int main(int argc, char **argv)
 	buf = malloc((size_t)bytes);
 	if (!buf)
 		MPI_Abort(MPI_COMM_WORLD, 3);
-	for (r = 0; r < rounds && rank < 2; r++) {
+	last = size - 1;
+	t0 = MPI_Wtime();
+	for (r = 0; r < rounds && (rank == 0 || rank == last); r++) {
 		if (rank == 0) {
 			memset(buf, (int)(r & 0xff), (size_t)bytes);
-			MPI_Send(buf, (int)bytes, MPI_BYTE, 1, 1, MPI_COMM_WORLD);
-			MPI_Recv(buf, (int)bytes, MPI_BYTE, 1, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-			/* rank 1 returns every byte incremented by one */
+			MPI_Send(buf, (int)bytes, MPI_BYTE, last, 1, MPI_COMM_WORLD);
+			MPI_Recv(buf, (int)bytes, MPI_BYTE, last, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+			/* the last rank returns every byte incremented by one */
 			for (i = 0; i < bytes; i++)
 				if (buf[i] != (unsigned char)((r + 1) & 0xff))
 					bad = 1;
@@ -65,10 +91,13 @@ int main(int argc, char **argv)
 			MPI_Send(buf, (int)bytes, MPI_BYTE, 0, 1, MPI_COMM_WORLD);
 		}
 	}
+	seconds = MPI_Wtime() - t0;
 	free(buf);
 	if (rank == 0)
-		printf("ring=%d expect=%d pingpong_bytes=%ld %s\n", token, size * (size - 1) / 2,
-		       2 * bytes * rounds, (!bad && token == size * (size - 1) / 2) ? "ok" : "BAD");
+		printf("ring=%d expect=%d pingpong_bytes=%ld seconds=%.3f %s\n", token,
+		       size * (size - 1) / 2, 2 * bytes * rounds, seconds,
+		       (!bad && token == size * (size - 1) / 2) ? "ok" : "BAD");
+	MPI_Barrier(MPI_COMM_WORLD);
 	MPI_Finalize();
 	return bad;
 }

@@ -107,7 +107,6 @@ lxc.mount.entry = {var} var none rw,bind 0 0
 lxc.mount.entry = tmpfs run tmpfs rw,nosuid,nodev,mode=0755,size=64m 0 0
 lxc.mount.entry = tmpfs tmp tmpfs rw,nosuid,nodev,size=256m 0 0
 lxc.mount.entry = tmpfs root tmpfs rw,nosuid,nodev,mode=0700,size=16m 0 0
-lxc.mount.entry = tmpfs dev/shm tmpfs rw,nosuid,nodev,mode=1777,size=256m,create=dir 0 0
 lxc.mount.entry = {paths.ETC} {run_rel}/etc none ro,bind,create=dir 0 0
 lxc.mount.entry = {paths.SHARED} {run_rel}/shared none rw,bind,create=dir 0 0
 lxc.net.0.type = veth

@@ -1,0 +1,172 @@
+"""Helpers shared by the testbed integration tests: run the CLI, look at the machine."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+CLI = REPO / "deploy" / "testbed" / "clavis-testbed"
+RUN_DIR = Path("/run/clavis-testbed")
+
+
+def tb(*args: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run clavis-testbed; on failure the assertion message carries its output."""
+    cp = subprocess.run(
+        [str(CLI), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    if check:
+        assert cp.returncode == 0, (
+            f"clavis-testbed {' '.join(args)} -> {cp.returncode}\n{cp.stderr}"
+        )
+    return cp
+
+
+def status() -> dict[str, Any]:
+    cp = tb("status", "--json", check=False)
+    data: dict[str, Any] = json.loads(cp.stdout)
+    return data
+
+
+def run(argv: list[str], timeout: float = 60, **kw: Any) -> str:
+    cp = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        check=False,
+        **kw,
+    )
+    assert cp.returncode == 0, f"{' '.join(argv)} -> {cp.returncode}\n{cp.stdout}\n{cp.stderr}"
+    return cp.stdout
+
+
+def slurm(argv: list[str], timeout: float = 60) -> str:
+    """A Slurm client command in the head's netns (clavis-testbed exec)."""
+    return run([str(CLI), "exec", "--", *argv], timeout=timeout)
+
+
+def host_of(container: str) -> str:
+    return container.rsplit("c", 1)[0]
+
+
+def lxc_attach(container: str, shell: str, timeout: float = 60) -> str:
+    """Run a shell snippet inside a container (lxc-attach from its host's netns)."""
+    return run(
+        [
+            "nsenter", f"--net=/run/netns/ctb-{host_of(container)}", "--",
+            "lxc-attach", "-n", container, "-P", str(RUN_DIR / "lxc"), "--",
+            "sh", "-c", shell,
+        ],
+        timeout=timeout,
+    )  # fmt: skip
+
+
+def tc_sent_bytes(netns: str, dev: str) -> int:
+    out = run(["tc", "-n", netns, "-s", "qdisc", "show", "dev", dev])
+    m = re.search(r"Sent (\d+) bytes", out)
+    assert m, out
+    return int(m.group(1))
+
+
+def xrack_bytes(src_rack: int, dst_rack: int) -> int:
+    """Bytes counted by the core router's CLAVIS-XRACK rule for one rack pair."""
+    out = run(
+        ["nsenter", "--net=/run/netns/ctb-core", "--", "iptables", "-w", "5", "-L",
+         "CLAVIS-XRACK", "-v", "-x", "-n"]
+    )  # fmt: skip
+    for line in out.splitlines():
+        f = line.split()
+        if (
+            len(f) >= 9
+            and f[-2].endswith(f".{src_rack}.0/24")
+            and f[-1].endswith(f".{dst_rack}.0/24")
+        ):
+            return int(f[1])
+    raise AssertionError(f"no CLAVIS-XRACK rule for rack {src_rack} -> {dst_rack}:\n{out}")
+
+
+def ipmi(host: dict[str, Any], *args: str, timeout: float = 30) -> str:
+    bmc = host["bmc"]
+    password = Path(bmc["password_file"]).read_text().strip()
+    return run(
+        ["ipmitool", "-I", "lanplus", "-H", bmc["address"], "-p", str(bmc["port"]),
+         "-U", bmc["user"], "-P", password, "-C", "3", *args],
+        timeout=timeout,
+    )  # fmt: skip
+
+
+def dcmi_watts(host: dict[str, Any]) -> int:
+    out = ipmi(host, "dcmi", "power", "reading")
+    m = re.search(r"Instantaneous power reading:\s+(\d+) Watts", out)
+    assert m, out
+    return int(m.group(1))
+
+
+# ------------------------------------------------------------------ machine snapshot
+
+
+def _lines(argv: list[str]) -> list[str]:
+    cp = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+    return sorted(cp.stdout.splitlines())
+
+
+def _iptables() -> list[str]:
+    # counters change with unrelated traffic: compare rules only
+    out = []
+    for line in _lines(["iptables-save"]):
+        if line.startswith("#"):
+            continue
+        out.append(re.sub(r"\[\d+:\d+\]", "", line))
+    return sorted(out)
+
+
+def _cgroups() -> list[str]:
+    root = Path("/sys/fs/cgroup")
+    found = []
+    for h in root.iterdir():
+        if h.is_dir():
+            found += [str(p) for p in h.glob("lxc*")]
+    return sorted(found)
+
+
+def snapshot() -> dict[str, list[str]]:
+    """What up must not leave behind, as seen from the root namespace."""
+    return {
+        "netns": sorted(p.name for p in Path("/run/netns").glob("*"))
+        if Path("/run/netns").is_dir()
+        else [],
+        "links": sorted(
+            re.sub(r"^\d+: ", "", ln).split()[0] for ln in _lines(["ip", "-o", "link"])
+        ),
+        "iptables": _iptables(),
+        "cgroups": _cgroups(),
+        "run_dir": [str(RUN_DIR)] if RUN_DIR.exists() else [],
+    }
+
+
+def live_pids(pids: list[int]) -> list[int]:
+    """PIDs that still exist and are not zombies (PID 1 here reaps late)."""
+    out = []
+    for pid in pids:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        if stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X"):
+            out.append(pid)
+    return out
+
+
+def is_root() -> bool:
+    return os.geteuid() == 0

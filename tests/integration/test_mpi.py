@@ -1,0 +1,107 @@
+"""MPICH across containers in different racks, submitted with plain sbatch.
+
+The job's traffic must cross the tbf-limited core link (tc and iptables counters
+grow by at least the bytes the ping-pong moved) and be paced by it; a same-rack job
+must not touch the core link.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from . import tb
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(not tb.is_root(), reason="the testbed needs root"),
+]
+
+HERE = Path(__file__).resolve().parent
+MSG_BYTES = 1 << 20
+ROUNDS = 8  # 8 MiB each way
+
+
+@pytest.fixture(scope="module")
+def pingpong(testbed: dict[str, Any]) -> Path:
+    shared = Path(testbed["shared_dir"])
+    exe = shared / "mpi_pingpong"
+    subprocess.run(
+        [
+            "mpicc",
+            "-O2",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-o",
+            str(exe),
+            str(HERE / "mpi_pingpong.c"),
+        ],
+        check=True,
+        timeout=120,
+    )
+    return exe
+
+
+def _submit(exe: Path, nodes: list[str], tag: str) -> str:
+    shared = exe.parent
+    script = shared / f"job-{tag}.sh"
+    script.write_text(
+        "#!/bin/bash\n"
+        # -iface eth0: hydra must use the container's own rack address (TESTBED-NOTES)
+        f"mpiexec -iface eth0 -n {len(nodes)} {exe} {MSG_BYTES} {ROUNDS}\n"
+    )
+    out = shared / f"job-{tag}.out"
+    out.unlink(missing_ok=True)
+    tb.slurm(
+        ["sbatch", "--wait", "-N", str(len(nodes)), "-n", str(len(nodes)),
+         "-w", ",".join(nodes), "-D", str(shared), "-o", str(out), "-t", "5", str(script)],
+        timeout=300,
+    )  # fmt: skip
+    return out.read_text()
+
+
+def _core_counters() -> dict[str, int]:
+    return {
+        "r1->core": tb.tc_sent_bytes("ctb-r1", "core"),
+        "core->r2": tb.tc_sent_bytes("ctb-core", "c-r2"),
+        "r2->core": tb.tc_sent_bytes("ctb-r2", "core"),
+        "core->r1": tb.tc_sent_bytes("ctb-core", "c-r1"),
+        "ipt r1->r2": tb.xrack_bytes(1, 2),
+        "ipt r2->r1": tb.xrack_bytes(2, 1),
+    }
+
+
+def test_cross_rack_job_is_correct_and_crosses_the_slow_link(
+    testbed: dict[str, Any], pingpong: Path
+) -> None:
+    nodes = ["r1h1c1", "r1h2c1", "r2h1c1", "r2h2c1"]  # rank 0 in rack 1, last rank in rack 2
+    before = _core_counters()
+    text = _submit(pingpong, nodes, "xrack")
+    after = _core_counters()
+    m = re.search(r"ring=(\d+) expect=(\d+) pingpong_bytes=(\d+) seconds=([\d.]+) ok", text)
+    assert m, text
+    assert int(m.group(1)) == int(m.group(2)) == 0 + 1 + 2 + 3
+    for n in nodes:
+        assert f"on {n}\n" in text, text
+    one_way = MSG_BYTES * ROUNDS
+    delta = {k: after[k] - before[k] for k in before}
+    for key, grown in delta.items():
+        assert grown >= one_way, (key, delta)
+    # tbf paces the transfer: 2 x 8 MiB at the core rate cannot be faster than the link
+    rate_bytes_s = testbed["topology"]["core_rate_mbit"] * 1e6 / 8
+    assert float(m.group(4)) >= 0.8 * (2 * one_way) / rate_bytes_s, (m.group(4), rate_bytes_s)
+
+
+def test_same_rack_job_stays_off_the_core_link(testbed: dict[str, Any], pingpong: Path) -> None:
+    before = _core_counters()
+    text = _submit(pingpong, ["r1h1c1", "r1h2c1"], "rack1")
+    after = _core_counters()
+    assert re.search(r"ring=1 expect=1 .* ok", text), text
+    # only Slurm's own control traffic to the head crosses: far below one message
+    assert after["ipt r1->r2"] - before["ipt r1->r2"] < MSG_BYTES // 4
+    assert after["core->r2"] - before["core->r2"] < MSG_BYTES // 4
