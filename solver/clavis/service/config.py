@@ -60,6 +60,10 @@ class IngestConfig(_Section):
     max_future_s: float = Field(
         default=30.0, ge=0, description="Reports stamped further ahead get 422."
     )
+    writer: Literal["process", "thread"] = Field(
+        default="process",
+        description="Write reports from a child process (uses a second core) or a thread.",
+    )
     batch_max: int = Field(default=500, ge=1, description="Reports per store transaction.")
     batch_wait_ms: float = Field(default=20.0, ge=0, description="How long a batch waits to fill.")
 

@@ -32,6 +32,7 @@ from clavis.service.repack import Executor, decide
 from clavis.service.schemas import PlanOut, RepackOut
 from clavis.service.store import Store, StoreError
 from clavis.service.tables import MIGRATIONS
+from clavis.service.writer import ProcessIngestor
 
 log = logging.getLogger("clavisd")
 EXIT_BAD_CONFIG = 2
@@ -51,8 +52,13 @@ class Clavisd:
         self.auth = AgentAuth(secret, config.security.max_skew_s, not_before=self.started)
         self.last_report: dict[str, float] = self.store.last_reports()
         ing = config.ingest
-        self.ingestor = Ingestor(self.store, config.classify, ing.batch_max,
-                                 ing.batch_wait_ms / 1000)  # fmt: skip
+        self.ingestor: Ingestor | ProcessIngestor
+        if ing.writer == "process":
+            self.ingestor = ProcessIngestor(config.store.url, config.classify, ing.batch_max,
+                                            ing.batch_wait_ms / 1000)  # fmt: skip
+        else:
+            self.ingestor = Ingestor(self.store, config.classify, ing.batch_max,
+                                     ing.batch_wait_ms / 1000)  # fmt: skip
         self.executor = Executor(
             self.store,
             MigratorClient(secret, config.migrator.address, config.migrator.timeout_s),

@@ -16,7 +16,7 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, bindparam, insert
 from sqlalchemy import update as sql_update
@@ -152,42 +152,33 @@ class Ingestor:
         self._stop.set()
         self._thread.join(timeout_s)
 
-    def submit(self, report: MonitorReport) -> Future[None]:
+    def submit(self, report: MonitorReport, raw: bytes = b"") -> Future[None]:
         done: Future[None] = Future()
         self._queue.put_nowait(_Pending(report, done))
         return done
 
     def _run(self) -> None:
         while not self._stop.is_set() or not self._queue.empty():
-            try:
-                first = self._queue.get(timeout=0.2)
-            except queue.Empty:
-                continue
-            batch = [first]
-            deadline = time.monotonic() + self.batch_wait_s
-            while len(batch) < self.batch_max:
-                left = deadline - time.monotonic()
-                try:
-                    batch.append(self._queue.get(timeout=max(left, 0)) if left > 0
-                                 else self._queue.get_nowait())  # fmt: skip
-                except queue.Empty:
-                    break
-            self._write(batch)
+            batch = take_batch(self._queue, self.batch_max, self.batch_wait_s)
+            if batch:
+                oks = self.write_batch([p.report for p in batch])
+                for p, ok in zip(batch, oks, strict=True):
+                    if ok:
+                        p.done.set_result(None)
+                    else:
+                        p.done.set_exception(RuntimeError("report could not be stored"))
 
-    def _write(self, batch: list[_Pending]) -> None:
+    def write_batch(self, reports: list[MonitorReport]) -> list[bool]:
+        """Store a batch in one transaction; if that fails, each report on its own."""
         try:
-            self._commit([p.report for p in batch])
+            self._commit(reports)
         except Exception:
-            if len(batch) == 1:
-                log.exception("ingest: report of host=%s not stored", batch[0].report.host)
-                batch[0].done.set_exception(RuntimeError("report could not be stored"))
-                return
-            log.warning("ingest: batch of %d failed; storing its reports one by one", len(batch))
-            for p in batch:
-                self._write([p])
-            return
-        for p in batch:
-            p.done.set_result(None)
+            if len(reports) == 1:
+                log.exception("ingest: report of host=%s not stored", reports[0].host)
+                return [False]
+            log.warning("ingest: batch of %d failed; storing its reports one by one", len(reports))
+            return [ok for r in reports for ok in self.write_batch([r])]
+        return [True] * len(reports)
 
     def _commit(self, reports: list[MonitorReport]) -> None:
         staged = stage(reports, self.book, self.cfg)
@@ -250,6 +241,25 @@ class _Statements:
         self.containers = FastInsert(
             upsert_statement(dialect, t.containers, _CONTAINER, ["name"]), _CONTAINER
         )
+
+
+T = TypeVar("T")
+
+
+def take_batch(q: queue.Queue[T], batch_max: int, wait_s: float) -> list[T]:
+    """Up to ``batch_max`` items: the first within 0.2 s, the rest within ``wait_s``."""
+    try:
+        batch = [q.get(timeout=0.2)]
+    except queue.Empty:
+        return []
+    deadline = time.monotonic() + wait_s
+    while len(batch) < batch_max:
+        left = deadline - time.monotonic()
+        try:
+            batch.append(q.get(timeout=left) if left > 0 else q.get_nowait())
+        except queue.Empty:
+            break
+    return batch
 
 
 def _write_rows(conn: Connection, q: _Statements, s: _Staged, jobs: list[dict[str, Any]]) -> None:

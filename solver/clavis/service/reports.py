@@ -66,7 +66,7 @@ async def accept(d: Clavisd, headers: Mapping[str, str], body: bytes) -> Answer:
         return _no(409, f"report is not newer than the last one from {report.host!r}")
     d.last_report[report.host] = ts
     try:
-        done = d.ingestor.submit(report)
+        done = d.ingestor.submit(report, body)
     except Exception:
         _restore(d, report.host, last)
         return _no(503, "ingest queue full; retry later")
