@@ -51,10 +51,18 @@ class Daemon:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def kill9(self) -> None:
+    def children(self) -> list[int]:
         assert self.proc is not None
+        path = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children")
+        return [int(p) for p in path.read_text().split()]
+
+    def kill9(self) -> None:
+        """SIGKILL by PID; then its writer child must end by itself (it sees EOF)."""
+        assert self.proc is not None
+        kids = self.children()
         os.kill(self.proc.pid, signal.SIGKILL)
         self.proc.wait(timeout=30)
+        wait_for(lambda: all(not _alive(k) for k in kids), 30, "clavisd's writer to exit")
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -80,3 +88,12 @@ def wait_for(cond: Callable[[], bool], limit_s: float, what: str) -> None:
             return
         time.sleep(0.1)
     raise AssertionError(f"timed out after {limit_s} s waiting for {what}")
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie awaiting its reaper counts as ended)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"

@@ -49,6 +49,7 @@ def test_kill9_mid_plan_then_restart_resumes_without_moving_twice(
         wait_for(lambda: len(agent.done_steps()) >= 1 and len(agent.record.accepted) >= 2,
                  60, "one step done and the next in flight")  # fmt: skip
         done_before = set(agent.done_steps())
+        assert d.children(), "clavisd runs its ingest writer as a child process"
         d.kill9()
         crash = time.time()
         d.start()
