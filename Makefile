@@ -4,6 +4,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
+include deploy/testbed/testbed.mk
+
 .PHONY: demo test lint typecheck unit bench-solver bench-pareto bench-ingest schemas clean
 
 $(STAMP): solver/requirements.lock solver/pyproject.toml contracts/pyproject.toml \
@@ -29,7 +31,7 @@ typecheck: $(STAMP)
 	$(VENV)/bin/mypy solver/clavis contracts/clavis_contracts bench/report.py bench/solver/solver_bench.py bench/pareto/pareto_bench.py \
 	    bench/ingest/ingest_bench.py
 
-unit: $(STAMP)
+unit: $(STAMP) testbed-install
 	$(VENV)/bin/pytest -q
 
 test: lint typecheck unit

