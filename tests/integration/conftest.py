@@ -7,6 +7,7 @@ testbeds of their own) are moved before every test that uses the shared one.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import time
 from collections.abc import Iterator
@@ -25,6 +26,30 @@ IDLE_DEADLINE_S = 30.0
 ENABLE = "CLAVIS_TESTBED_TESTS"
 
 
+LOCK = "/run/lock/clavis-testbed-tests.lock"
+LOCK_WAIT_S = 1200.0
+_lock_fd: list[int] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One testbed per machine: a second test session (another `make test` on the same
+    machine) waits here, bounded, instead of tearing down the first one's cluster."""
+    if os.environ.get(ENABLE) != "1" or _lock_fd:
+        return
+    os.makedirs(os.path.dirname(LOCK), exist_ok=True)
+    fd = os.open(LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise pytest.UsageError(f"another testbed test session holds {LOCK}") from None
+            time.sleep(1.0)
+    _lock_fd.append(fd)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     if os.environ.get(ENABLE) != "1":
         skip = pytest.mark.skip(reason=f"testbed tests run with {ENABLE}=1 (make test sets it)")
@@ -33,7 +58,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 it.add_marker(skip)
     # lifecycle tests need the machine without a testbed: run them first
     items.sort(
-        key=lambda it: 0 if it.module is not None and "lifecycle" in it.module.__name__ else 1
+        key=lambda it: (
+            0 if "lifecycle" in getattr(getattr(it, "module", None), "__name__", "") else 1
+        )
     )
 
 

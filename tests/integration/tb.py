@@ -48,7 +48,8 @@ def run(argv: list[str], timeout: float = 60, **kw: Any) -> str:
         **kw,
     )
     assert cp.returncode == 0, f"{' '.join(argv)} -> {cp.returncode}\n{cp.stdout}\n{cp.stderr}"
-    return cp.stdout
+    out: str = cp.stdout
+    return out
 
 
 def slurm(argv: list[str], timeout: float = 60) -> str:
