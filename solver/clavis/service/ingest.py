@@ -33,7 +33,7 @@ from clavis.service.classify import (
     vote,
 )
 from clavis.service.config import ClassifyConfig
-from clavis.service.store import FastInsert, Store, upsert, upsert_statement
+from clavis.service.store import FastInsert, Store, dialect_insert, upsert, upsert_statement
 from clavis_contracts import MonitorReport
 
 log = logging.getLogger("clavisd.ingest")
@@ -272,4 +272,13 @@ def _write_rows(conn: Connection, q: _Statements, s: _Staged, jobs: list[dict[st
     upsert(conn, t.jobs, jobs, ["name"])
     apps = [{"app": j["app"], "klass": j["klass"], "jobs_seen": 1, "updated": j["updated"]}
             for j in jobs if j["klass"] is not None]  # fmt: skip
-    upsert(conn, t.app_classes, apps, ["app"])
+    if apps:
+        # jobs_seen counts the class decisions of the application's jobs (one per job, plus
+        # one per later change of class), so the UI can tell a guess from a habit.
+        stmt = dialect_insert(conn.dialect.name, t.app_classes)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=["app"],
+            set_={"klass": stmt.excluded.klass, "updated": stmt.excluded.updated,
+                  "jobs_seen": t.app_classes.c.jobs_seen + 1},
+        )  # fmt: skip
+        conn.execute(stmt, apps)

@@ -108,9 +108,13 @@ class FastInsert:
             conn.exec_driver_sql(sql, [tuple(r[i] for i in perm) for r in rows])
 
 
+def dialect_insert(dialect: str, table: Any) -> Any:
+    """An INSERT that can take ON CONFLICT (SQLite and PostgreSQL spell it the same)."""
+    return sqlite_insert(table) if dialect == "sqlite" else pg_insert(table)
+
+
 def upsert_statement(dialect: str, table: Any, columns: Sequence[str], key: list[str]) -> Any:
-    maker = sqlite_insert if dialect == "sqlite" else pg_insert
-    stmt = maker(table)
+    stmt = dialect_insert(dialect, table)
     return stmt.on_conflict_do_update(
         index_elements=key,
         set_={c: getattr(stmt.excluded, c) for c in columns if c not in key},

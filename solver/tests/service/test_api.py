@@ -7,6 +7,7 @@ import time
 
 from fastapi.testclient import TestClient
 
+from clavis.service import tables as t
 from clavis.service.api import create_app
 from clavis.service.daemon import Clavisd
 
@@ -120,7 +121,9 @@ def test_hysteresis_seven_of_ten(client: TestClient) -> None:
     assert job["klass"] == "turtle"
 
 
-def test_application_memory_classifies_a_new_job_before_its_first_vote(client: TestClient) -> None:
+def test_application_memory_classifies_a_new_job_before_its_first_vote(
+    client: TestClient, clavisd: Clavisd
+) -> None:
     t0 = time.time() - 60
     for i in range(7):
         doc = report("h1", [container("n1", job="100", app="lbm", mpki=20.0)], ts=t0 + i)
@@ -133,6 +136,9 @@ def test_application_memory_classifies_a_new_job_before_its_first_vote(client: T
     assert (got["n2"]["klass"], got["n2"]["class_source"]) == ("devil", "memory")
     jobs = {j["name"]: j["klass"] for j in client.get("/api/v1/jobs", headers=view).json()}
     assert jobs == {"100": "devil", "101": "devil"}
+    assert clavisd.store.app_classes() == {"lbm": "devil"}
+    with clavisd.store.engine.connect() as conn:
+        assert conn.execute(t.app_classes.select()).one().jobs_seen == 2  # jobs 100 and 101
 
 
 def test_power_models_are_fitted_from_reports(client: TestClient) -> None:
