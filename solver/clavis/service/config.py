@@ -8,7 +8,7 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from clavis.documents import describe
 
@@ -136,6 +136,18 @@ class Config(_Section):
     repack: RepackConfig = RepackConfig()
     migrator: MigratorConfig = MigratorConfig()
     advice: AdviceConfig = AdviceConfig()
+
+    @model_validator(mode="after")
+    def _writer_reaches_the_store(self) -> Config:
+        if self.ingest.writer == "process" and self.store.url in {
+            "sqlite://",
+            "sqlite:///:memory:",
+        }:
+            raise ValueError(
+                "store.url: an in-memory SQLite store cannot be shared with the writer "
+                'process; use a file, or ingest.writer = "thread"'
+            )
+        return self
 
 
 class ConfigError(Exception):

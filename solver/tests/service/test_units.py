@@ -135,5 +135,8 @@ def test_config_lists_every_problem(tmp_path: Path) -> None:
         load_config(cfg)
     with pytest.raises(ConfigError, match="cannot read"):
         load_config(tmp_path / "missing.toml")
+    cfg.write_text('[store]\nurl = "sqlite://"\n')
+    with pytest.raises(ConfigError, match="in-memory SQLite"):
+        load_config(cfg)
     cfg.write_text("")
     assert load_config(cfg).repack.interval_s == 60
