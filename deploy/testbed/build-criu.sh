@@ -28,7 +28,18 @@ trap 'rm -rf "$work"' EXIT
 # sources.list is never changed and no sid binary package can be installed by mistake.
 apt_dir=$work/apt
 mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial" "$apt_dir/sources.list.d"
-echo "deb-src http://deb.debian.org/debian sid main" >"$apt_dir/sources.list"
+# The machine's own Debian mirror (from its apt sources; not the security archive).
+mirror=$(
+    {
+        grep -hs '^URIs:' /etc/apt/sources.list.d/*.sources | awk '{print $2}'
+        grep -hs '^deb ' /etc/apt/sources.list /etc/apt/sources.list.d/*.list | awk '{print $2}'
+    } | grep -v -e security -e '^$' | grep '/debian/\?$' | head -n1
+) || true # a missing sources file (grep exit 2) must not stop us; emptiness is checked
+if [[ -z $mirror ]]; then
+    echo "build-criu: no Debian mirror found in the apt sources" >&2
+    exit 1
+fi
+echo "deb-src ${mirror%/} sid main" >"$apt_dir/sources.list"
 apt_opts=(
     -o "Dir::Etc::SourceList=$apt_dir/sources.list"
     -o "Dir::Etc::SourceParts=$apt_dir/sources.list.d"
