@@ -95,17 +95,22 @@ def job_document(
 
 
 def table53_instance(
-    seed: int, jobs: int = 8, max_containers: int = 128, cores_per_container: int = 12
+    seed: int,
+    jobs: int = 8,
+    max_containers: int = 128,
+    cores_per_container: int = 12,
+    hosts: int | None = None,
 ) -> tuple[Cluster, Workload]:
-    """Thesis Table 5.3 setup: jobs of up to ``max_containers`` containers, as many
-    Parapluie-like hosts as containers (so every container could have a host alone)."""
+    """Thesis Table 5.3 setup: jobs of up to ``max_containers`` containers on ``hosts``
+    Parapluie-like hosts; by default as many hosts as containers (so every container
+    could have a host alone). The thesis used "nodes = max containers (<= 1024)"."""
     rng = random.Random(seed)
     docs = []
     for j in range(jobs):
         profile = rng.choice(PROFILES)
         size = rng.randint(max(1, max_containers // 4), max_containers)
         docs.append(job_document(f"j{j}-{profile.name}", profile, size, cores_per_container, rng))
-    total = sum(len(d["containers"]) for d in docs)
+    total = hosts or sum(len(d["containers"]) for d in docs)
     cluster = Cluster.model_validate({"name": f"table53-{seed}", "hosts": parapluie_hosts(total)})
     return cluster, Workload.model_validate({"jobs": docs})
 
