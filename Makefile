@@ -6,7 +6,8 @@ STAMP := $(VENV)/.installed
 
 include deploy/testbed/testbed.mk
 
-.PHONY: demo test lint typecheck unit bench-solver bench-pareto bench-ingest schemas clean
+.PHONY: demo test lint typecheck unit bench-solver bench-pareto bench-ingest schemas clean \
+	postgres-install
 
 $(STAMP): solver/requirements.lock solver/pyproject.toml contracts/pyproject.toml \
 	    deploy/bootstrap/python.sh
@@ -31,10 +32,14 @@ typecheck: $(STAMP)
 	$(VENV)/bin/mypy solver/clavis contracts/clavis_contracts bench/report.py bench/solver/solver_bench.py bench/pareto/pareto_bench.py \
 	    bench/ingest/ingest_bench.py
 
-unit: $(STAMP) testbed-install
+unit: $(STAMP) testbed-install postgres-install
 	$(VENV)/bin/pytest -q
 
 test: lint typecheck unit
+
+# PostgreSQL server binaries for the store tests (they start a private cluster)
+postgres-install:
+	bash deploy/bootstrap/postgres.sh
 
 bench-solver: $(STAMP)
 	$(PY) bench/solver/solver_bench.py

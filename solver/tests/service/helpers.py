@@ -34,8 +34,11 @@ def cluster_doc(hosts: int = 4, cores: int = 8) -> dict[str, Any]:
     }
 
 
-def write_setup(tmp: Path, *, hosts: int = 4, extra: str = "", port: int = 7780) -> Path:
-    """Cluster file, secret file (0600), config; returns the config path."""
+def write_setup(
+    tmp: Path, *, hosts: int = 4, extra: str = "", port: int = 7780, store_url: str = ""
+) -> Path:
+    """Cluster file, secret file (0600), config; returns the config path. The store is
+    SQLite in ``tmp`` unless ``store_url`` names another."""
     (tmp / "cluster.yaml").write_text(yaml.safe_dump(cluster_doc(hosts)))
     secret = tmp / "secret"
     secret.write_bytes(SECRET + b"\n")
@@ -44,12 +47,13 @@ def write_setup(tmp: Path, *, hosts: int = 4, extra: str = "", port: int = 7780)
         f'[[users]]\nname = "{name}"\nrole = "{role}"\npassword_scrypt = "{hash_password(pw)}"\n'
         for (name, pw), role in zip(PASSWORDS.items(), ("admin", "viewer"), strict=True)
     )
+    url = store_url or f"sqlite:///{tmp / 'clavis.db'}"
     cfg = tmp / "clavis.toml"
     cfg.write_text(
         f'cluster_file = "{tmp / "cluster.yaml"}"\n'
         f"{users}"
         f"[server]\nport = {port}\n"
-        f'[store]\nurl = "sqlite:///{tmp / "clavis.db"}"\n'
+        f'[store]\nurl = "{url}"\n'
         f'[security]\nsecret_file = "{secret}"\n'
         f'[advice]\npath = "{tmp / "advice.json"}"\n'
         f"{extra}"

@@ -3,12 +3,13 @@ container is moved twice, and no finished step loses its record."""
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from clavis.service.store import Store
 
 from .agent_double import AgentDouble
 from .helpers import container, report, write_setup
@@ -24,13 +25,14 @@ def agent() -> Iterator[AgentDouble]:
 
 
 def test_kill9_mid_plan_then_restart_resumes_without_moving_twice(
-    tmp_path: Path, agent: AgentDouble
+    tmp_path: Path, agent: AgentDouble, store_url: str
 ) -> None:
     port = free_port()
     extra = ("[repack]\ninterval_s = 0\ntime_limit_s = 5\nworkers = 1\nparallelism = 1\n"
              "poll_s = 0.2\n"
              f'[migrator]\naddress = "127.0.0.1:{agent.port}"\ntimeout_s = 2\n')  # fmt: skip
-    d = Daemon(write_setup(tmp_path, extra=extra, port=port), port, tmp_path / "clavisd.log")
+    cfg = write_setup(tmp_path, extra=extra, port=port, store_url=store_url)
+    d = Daemon(cfg, port, tmp_path / "clavisd.log")
     d.start()
     try:
         t0 = time.time() - 20
@@ -70,12 +72,10 @@ def test_kill9_mid_plan_then_restart_resumes_without_moving_twice(
         assert len(rec.posts[step_id]) == 1, (step_id, rec.posts[step_id])
     # Its record survived: the store still has its "done", logged before the crash, and
     # every step is done exactly once in the audit log.
-    conn = sqlite3.connect(tmp_path / "clavis.db")
-    rows = conn.execute(
-        "select idx, ts from step_events where plan = ? and idx is not null and state = 'done'",
-        (plan,),
-    ).fetchall()
-    conn.close()
+    store = Store(store_url)
+    rows = [(e["idx"], e["ts"]) for e in store.events(plan)
+            if e["idx"] is not None and e["state"] == "done"]  # fmt: skip
+    store.close()
     assert sorted(idx for idx, _ in rows) == list(range(n_steps))
     # (A second step was dispatched before the crash, so the first one's "done" was stored.)
     assert any(ts < crash for _, ts in rows)
