@@ -22,7 +22,7 @@ import re
 import secrets
 from collections import OrderedDict
 from collections.abc import Mapping
-from typing import Final
+from typing import Final, NamedTuple
 
 SCHEME: Final = "CLAVIS-HMAC-SHA256"
 TIMESTAMP: Final = "X-Clavis-Timestamp"
@@ -31,6 +31,7 @@ SIGNATURE: Final = "X-Clavis-Signature"
 _NONCE_RE: Final = re.compile(r"^[0-9a-f]{16,64}$")
 _SIG_RE: Final = re.compile(r"^[0-9a-f]{64}$")
 MIN_SECRET_BYTES: Final = 16
+REPLAYED: Final = "nonce already used (replayed request)"
 
 
 class SignatureError(Exception):
@@ -55,6 +56,13 @@ def sign(secret: bytes, method: str, path: str, body: bytes, now: float) -> dict
         NONCE: nonce,
         SIGNATURE: signature(secret, canonical(method, path, ts, nonce, body)),
     }
+
+
+class Signed(NamedTuple):
+    """What a verified request was signed with (a receiver may persist the nonce)."""
+
+    timestamp: int
+    nonce: str
 
 
 class NonceCache:
@@ -92,11 +100,13 @@ def verify(
     max_skew_s: float,
     nonces: NonceCache,
     not_before: float = 0.0,
-) -> None:
+) -> Signed:
     """Raise :class:`SignatureError` unless the request is authentic and fresh.
 
-    ``not_before`` refuses requests signed before it (a restarted receiver sets it to
-    its start time, so requests it may have seen before the restart cannot be replayed).
+    ``nonces`` holds what this receiver saw; one that restarts must reload it (clavisd
+    keeps its nonces in its store) or pass ``not_before`` = its start time, which refuses
+    requests signed before it (weaker: a sender whose clock runs ahead is still replayable
+    for that lead).
     """
     lower = {k.lower(): v for k, v in headers.items()}
     ts, nonce, sig = (lower.get(h.lower()) for h in (TIMESTAMP, NONCE, SIGNATURE))
@@ -117,7 +127,8 @@ def verify(
     if int(ts) < int(not_before):
         raise SignatureError("request was signed before this service started; sign it again")
     if not nonces.add(nonce, now):
-        raise SignatureError("nonce already used (replayed request)")
+        raise SignatureError(REPLAYED)
+    return Signed(int(ts), nonce)
 
 
 def read_secret(text: bytes) -> bytes:

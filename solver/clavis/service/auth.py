@@ -15,9 +15,19 @@ import secrets
 import stat
 import threading
 from pathlib import Path
-from typing import Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
-from clavis_contracts.signing import NonceCache, SignatureError, read_secret, verify
+from clavis_contracts.signing import (
+    REPLAYED,
+    NonceCache,
+    SignatureError,
+    Signed,
+    read_secret,
+    verify,
+)
+
+if TYPE_CHECKING:
+    from clavis.service.store import Store
 
 Role = Literal["admin", "viewer"]
 _SCRYPT_N: Final = 2**14
@@ -77,14 +87,27 @@ def token_digest(token: str) -> str:
 
 
 class AgentAuth:
-    """Verifies signed agent requests; thread-safe (the nonce cache is shared)."""
+    """Verifies signed agent requests; thread-safe (the nonce cache is shared).
 
-    def __init__(self, secret: bytes, max_skew_s: float, not_before: float) -> None:
+    With a store, every accepted nonce is recorded there while its timestamp is within
+    the skew (and reloaded at start), so a restart of clavisd does not reopen a captured
+    request for replay. Reports record theirs in the ingest transaction that stores them
+    (``record=False`` here); every other signed request records it before it acts.
+    """
+
+    def __init__(
+        self, secret: bytes, max_skew_s: float, store: Store | None = None, now: float = 0.0
+    ) -> None:
         self._secret = secret
         self.max_skew_s = max_skew_s
-        self.not_before = not_before
         self._nonces = NonceCache(window_s=max_skew_s)
         self._lock = threading.Lock()
+        self._store = store
+        if store is not None:
+            keep = self.keep_since(now)
+            store.drop_nonces(keep)
+            for nonce, _ in store.nonces(keep):
+                self._nonces.add(nonce, now)
 
     def __repr__(self) -> str:  # never show the secret, even in a traceback
         return f"AgentAuth(max_skew_s={self.max_skew_s})"
@@ -93,13 +116,21 @@ class AgentAuth:
     def secret(self) -> bytes:
         return self._secret
 
+    def keep_since(self, now: float) -> float:
+        """Nonces signed before this need no memory: their timestamps are refused."""
+        return now - self.max_skew_s - 1
+
     def check(
-        self, method: str, path: str, body: bytes, headers: dict[str, str], now: float
-    ) -> None:
+        self, method: str, path: str, body: bytes, headers: dict[str, str], now: float,
+        *, record: bool = True,
+    ) -> Signed:  # fmt: skip
         with self._lock:
             try:
-                verify(self._secret, method, path, body, headers, now=now,
-                       max_skew_s=self.max_skew_s, nonces=self._nonces,
-                       not_before=self.not_before)  # fmt: skip
+                signed = verify(self._secret, method, path, body, headers, now=now,
+                                max_skew_s=self.max_skew_s, nonces=self._nonces)  # fmt: skip
             except SignatureError as exc:
                 raise AuthError(str(exc)) from exc
+        stored = self._store
+        if record and stored is not None and not stored.add_nonce(signed.nonce, signed.timestamp):
+            raise AuthError(REPLAYED)
+        return signed

@@ -49,7 +49,7 @@ class Clavisd:
         self.store = Store(config.store.url, self.started)
         self.store.sync_hosts(self.cluster)
         self.schema_versions = sorted(v for v, _, _ in MIGRATIONS)
-        self.auth = AgentAuth(secret, config.security.max_skew_s, not_before=self.started)
+        self.auth = AgentAuth(secret, config.security.max_skew_s, self.store, self.started)
         self.last_report: dict[str, float] = self.store.last_reports()
         ing = config.ingest
         self.ingestor: Ingestor | ProcessIngestor
@@ -95,6 +95,7 @@ class Clavisd:
         while not self._stop.wait(period):
             try:
                 self.publish_advice()
+                self.store.drop_nonces(self.auth.keep_since(time.time()))
                 if time.monotonic() >= next_retention:
                     r = cfg.retention
                     self.store.apply_retention(time.time(), r.raw_s, r.keep_s, r.bucket_s)

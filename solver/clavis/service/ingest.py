@@ -35,6 +35,7 @@ from clavis.service.classify import (
 from clavis.service.config import ClassifyConfig
 from clavis.service.store import FastInsert, Store, dialect_insert, upsert, upsert_statement
 from clavis_contracts import MonitorReport
+from clavis_contracts.signing import Signed
 
 log = logging.getLogger("clavisd.ingest")
 
@@ -42,6 +43,7 @@ log = logging.getLogger("clavisd.ingest")
 @dataclass
 class _Pending:
     report: MonitorReport
+    signed: Signed | None
     done: Future[None]
 
 
@@ -83,6 +85,7 @@ class _Staged:
     host_samples: list[tuple[Any, ...]] = field(default_factory=list)
     container_samples: list[tuple[Any, ...]] = field(default_factory=list)
     hosts: list[tuple[Any, ...]] = field(default_factory=list)
+    nonces: list[tuple[str, float]] = field(default_factory=list)
     containers: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     container_jobs: dict[str, str | None] = field(default_factory=dict)
     changes: list[dict[str, Any]] = field(default_factory=list)
@@ -90,10 +93,14 @@ class _Staged:
     touched_jobs: dict[str, str] = field(default_factory=dict)  # job -> app
 
 
-def stage(reports: list[MonitorReport], book: ClassBook, cfg: ClassifyConfig) -> _Staged:
+def stage(
+    reports: list[MonitorReport], book: ClassBook, cfg: ClassifyConfig,
+    signed: list[Signed | None] | None = None,
+) -> _Staged:  # fmt: skip
     """Rows and class changes for a batch (pure with respect to the store)."""
     rule = Hysteresis(cfg.window, cfg.votes)
     out = _Staged()
+    out.nonces = [(s.nonce, s.timestamp) for s in signed or () if s is not None]
     for r in reports:
         ts = r.timestamp.timestamp()
         out.host_samples.append(
@@ -152,36 +159,43 @@ class Ingestor:
         self._stop.set()
         self._thread.join(timeout_s)
 
-    def submit(self, report: MonitorReport, raw: bytes = b"") -> Future[None]:
+    def submit(
+        self, report: MonitorReport, raw: bytes = b"", signed: Signed | None = None
+    ) -> Future[None]:
+        """Queue a report; ``signed`` names its request's nonce, stored with it."""
         done: Future[None] = Future()
-        self._queue.put_nowait(_Pending(report, done))
+        self._queue.put_nowait(_Pending(report, signed, done))
         return done
 
     def _run(self) -> None:
         while not self._stop.is_set() or not self._queue.empty():
             batch = take_batch(self._queue, self.batch_max, self.batch_wait_s)
             if batch:
-                oks = self.write_batch([p.report for p in batch])
+                oks = self.write_batch([p.report for p in batch], [p.signed for p in batch])
                 for p, ok in zip(batch, oks, strict=True):
                     if ok:
                         p.done.set_result(None)
                     else:
                         p.done.set_exception(RuntimeError("report could not be stored"))
 
-    def write_batch(self, reports: list[MonitorReport]) -> list[bool]:
+    def write_batch(
+        self, reports: list[MonitorReport], signed: list[Signed | None] | None = None
+    ) -> list[bool]:
         """Store a batch in one transaction; if that fails, each report on its own."""
+        nonces: list[Signed | None] = list(signed) if signed is not None else [None] * len(reports)
         try:
-            self._commit(reports)
+            self._commit(reports, nonces)
         except Exception:
             if len(reports) == 1:
                 log.exception("ingest: report of host=%s not stored", reports[0].host)
                 return [False]
             log.warning("ingest: batch of %d failed; storing its reports one by one", len(reports))
-            return [ok for r in reports for ok in self.write_batch([r])]
+            return [ok for r, n in zip(reports, nonces, strict=True)
+                    for ok in self.write_batch([r], [n])]  # fmt: skip
         return [True] * len(reports)
 
-    def _commit(self, reports: list[MonitorReport]) -> None:
-        staged = stage(reports, self.book, self.cfg)
+    def _commit(self, reports: list[MonitorReport], signed: list[Signed | None]) -> None:
+        staged = stage(reports, self.book, self.cfg, signed)
         jobs = self._job_rows(staged)
         with self.store.engine.begin() as conn:
             _write_rows(conn, self._sql, staged, jobs)
@@ -227,6 +241,7 @@ class _Statements:
 
     def __init__(self, dialect: str) -> None:
         self.host_samples = FastInsert(insert(t.host_samples), _HOST_SAMPLE)
+        self.nonces = FastInsert(insert(t.nonces), ("nonce", "signed"))
         self.container_samples = FastInsert(insert(t.container_samples), _CONTAINER_SAMPLE)
         self.hosts = FastInsert(
             sql_update(t.hosts)
@@ -263,6 +278,7 @@ def take_batch(q: queue.Queue[T], batch_max: int, wait_s: float) -> list[T]:
 
 
 def _write_rows(conn: Connection, q: _Statements, s: _Staged, jobs: list[dict[str, Any]]) -> None:
+    q.nonces.run(conn, s.nonces)  # first: a replayed nonce fails the batch before the rest
     q.host_samples.run(conn, s.host_samples)
     q.container_samples.run(conn, s.container_samples)
     q.hosts.run(conn, s.hosts)

@@ -46,7 +46,8 @@ async def accept(d: Clavisd, headers: Mapping[str, str], body: bytes) -> Answer:
     newer than the host's last report, 503 not stored; 202 once stored."""
     now = time.time()
     try:
-        d.auth.check("POST", PATH, body, dict(headers), now)
+        # The nonce is recorded with the report, in the transaction that stores it.
+        signed = d.auth.check("POST", PATH, body, dict(headers), now, record=False)
     except AuthError as exc:
         return _no(401, f"unauthenticated: {exc}")
     try:
@@ -66,7 +67,7 @@ async def accept(d: Clavisd, headers: Mapping[str, str], body: bytes) -> Answer:
         return _no(409, f"report is not newer than the last one from {report.host!r}")
     d.last_report[report.host] = ts
     try:
-        done = d.ingestor.submit(report, body)
+        done = d.ingestor.submit(report, body, signed)
     except Exception:
         _restore(d, report.host, last)
         return _no(503, "ingest queue full; retry later")

@@ -17,6 +17,7 @@ from sqlalchemy import Connection, Engine, create_engine, delete, event, func, i
 from sqlalchemy import update as sql_update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.pool import StaticPool
 
 from clavis.model import Cluster
@@ -333,6 +334,27 @@ class Store:
                     plan=plan, idx=None, state=state, message=message, ts=now
                 )
             )
+
+    # --- nonces of signed requests (replay protection across restarts) -------------------
+
+    def add_nonce(self, nonce: str, signed: float) -> bool:
+        """Record a nonce before its request acts; False if it is there already."""
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(insert(t.nonces).values(nonce=nonce, signed=signed))
+        except IntegrityError:
+            return False
+        return True
+
+    def nonces(self, since: float) -> list[tuple[str, float]]:
+        q = select(t.nonces.c.nonce, t.nonces.c.signed).where(t.nonces.c.signed >= since)
+        with self.engine.connect() as conn:
+            return [(n, ts) for n, ts in conn.execute(q)]
+
+    def drop_nonces(self, before: float) -> int:
+        """Forget nonces signed before ``before``: their timestamps are refused anyway."""
+        with self.engine.begin() as conn:
+            return conn.execute(delete(t.nonces).where(t.nonces.c.signed < before)).rowcount
 
     # --- UI sessions ----------------------------------------------------------------------
 

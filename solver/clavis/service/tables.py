@@ -204,14 +204,29 @@ sessions = Table(
 
 V1_TABLES: Final = [t for t in meta.sorted_tables if t is not schema_version]
 
+# Nonces of accepted signed requests, kept while their signature time is within the
+# allowed skew (after that the timestamp alone refuses a replay): a restarted clavisd
+# reloads them, so a request it accepted before the restart cannot be replayed after.
+nonces = Table(
+    "nonces", meta,
+    Column("nonce", String(64), primary_key=True),
+    Column("signed", Float, nullable=False),  # the request's signature timestamp
+)  # fmt: skip
+Index("nonces_signed", nonces.c.signed)
+
 
 def _v1(conn: Connection) -> None:
     meta.create_all(conn, tables=V1_TABLES)
 
 
+def _v2(conn: Connection) -> None:
+    meta.create_all(conn, tables=[nonces])
+
+
 Migration = tuple[int, str, Callable[[Connection], None]]
 MIGRATIONS: Final[list[Migration]] = [
     (1, "hosts, containers, jobs, samples, classes, power models, fronts, weights, plans", _v1),
+    (2, "nonces of signed requests, so replay protection survives a restart", _v2),
 ]
 
 

@@ -25,10 +25,13 @@ from clavis.service.config import ClassifyConfig
 from clavis.service.ingest import Ingestor, take_batch
 from clavis.service.store import Store
 from clavis_contracts import MonitorReport
+from clavis_contracts.signing import Signed
 
 log = logging.getLogger("clavisd.writer")
 # Asks the child to finish: closing our end is not enough while a thread reads from it.
 _STOP = b"stop"
+# What crosses the pipe per report: its key, its bytes, its request's (timestamp, nonce).
+_Item = tuple[int, bytes, tuple[int, str] | None]
 
 
 def _child(conn: Connection, url: str, cfg: dict[str, Any]) -> None:
@@ -42,10 +45,11 @@ def _child(conn: Connection, url: str, cfg: dict[str, Any]) -> None:
             break
         if data == _STOP:
             break
-        items: list[tuple[int, bytes]] = pickle.loads(data)
-        reports = [MonitorReport.model_validate_json(raw) for _, raw in items]
-        oks = ingestor.write_batch(reports)
-        conn.send_bytes(pickle.dumps([(i, ok) for (i, _), ok in zip(items, oks, strict=True)]))
+        items: list[_Item] = pickle.loads(data)
+        reports = [MonitorReport.model_validate_json(raw) for _, raw, _ in items]
+        signed = [Signed(*s) if s is not None else None for _, _, s in items]
+        oks = ingestor.write_batch(reports, signed)
+        conn.send_bytes(pickle.dumps([(i[0], ok) for i, ok in zip(items, oks, strict=True)]))
     store.close()
     conn.close()
 
@@ -60,7 +64,7 @@ class ProcessIngestor:
         self.batch_max = batch_max
         self.batch_wait_s = batch_wait_s
         self.stored = 0
-        self._queue: queue.Queue[tuple[int, bytes]] = queue.Queue(maxsize=100_000)
+        self._queue: queue.Queue[_Item] = queue.Queue(maxsize=100_000)
         self._futures: dict[int, Future[None]] = {}
         self._lock = threading.Lock()
         self._next = 0
@@ -85,14 +89,17 @@ class ProcessIngestor:
         self._receiver.join(timeout_s)
         self._conn.close()
 
-    def submit(self, report: MonitorReport, raw: bytes = b"") -> Future[None]:
+    def submit(
+        self, report: MonitorReport, raw: bytes = b"", signed: Signed | None = None
+    ) -> Future[None]:
         done: Future[None] = Future()
         with self._lock:
             key = self._next
             self._next += 1
             self._futures[key] = done
         try:
-            self._queue.put_nowait((key, raw or report.model_dump_json().encode()))
+            nonce = None if signed is None else (signed.timestamp, signed.nonce)
+            self._queue.put_nowait((key, raw or report.model_dump_json().encode(), nonce))
         except queue.Full:
             with self._lock:
                 del self._futures[key]
@@ -107,7 +114,7 @@ class ProcessIngestor:
                     self._conn.send_bytes(pickle.dumps(batch))
                 except OSError:
                     log.error("ingest writer process is gone; %d reports not stored", len(batch))
-                    self._settle([(key, False) for key, _ in batch])
+                    self._settle([(item[0], False) for item in batch])
 
     def _receive(self) -> None:
         while True:
