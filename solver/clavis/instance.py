@@ -49,6 +49,19 @@ class Flow:
 
 
 @dataclass(frozen=True)
+class UniformTraffic:
+    """Every two of ``members`` exchange ``bytes_per_s`` (both ways added): a job's
+    all-to-all traffic, kept as one entry instead of n*(n-1)/2 flows."""
+
+    members: tuple[int, ...]
+    bytes_per_s: float
+
+    @property
+    def pairs(self) -> int:
+        return len(self.members) * (len(self.members) - 1) // 2
+
+
+@dataclass(frozen=True)
 class Instance:
     hosts: tuple[HostSpec, ...]
     racks: tuple[str, ...]
@@ -58,6 +71,7 @@ class Instance:
     same_rack_cost: float
     cross_rack_cost: float
     current: tuple[int | None, ...]
+    uniform: tuple[UniformTraffic, ...] = ()
 
     @cached_property
     def container_by_name(self) -> dict[str, int]:
@@ -73,6 +87,16 @@ class Instance:
         for i, c in enumerate(self.containers):
             out[c.job].append(i)
         return tuple(tuple(x) for x in out)
+
+    def all_flows(self) -> tuple[Flow, ...]:
+        """Explicit flows with the all-to-all traffic spelt out pair by pair (for models
+        that only know flows; quadratic in job size)."""
+        sums: dict[tuple[int, int], float] = {(f.a, f.b): f.bytes_per_s for f in self.flows}
+        for u in self.uniform:
+            for i, a in enumerate(u.members):
+                for b in u.members[i + 1 :]:
+                    sums[a, b] = sums.get((a, b), 0.0) + u.bytes_per_s
+        return tuple(Flow(a, b, w) for (a, b), w in sorted(sums.items()))
 
     @property
     def has_current(self) -> bool:
@@ -143,6 +167,7 @@ def build_instance(
     largest = max(h.cores for h in hosts)
     containers: list[ContainerSpec] = []
     flows: dict[tuple[int, int], float] = {}
+    uniform: list[UniformTraffic] = []
     for ji, job in enumerate(workload.jobs):
         base = len(containers)
         local = {c.name: base + k for k, c in enumerate(job.containers)}
@@ -165,6 +190,9 @@ def build_instance(
         for f in job.traffic:
             a, b = sorted((local[f.src], local[f.dst]))
             flows[(a, b)] = flows.get((a, b), 0.0) + f.bytes_per_s
+        if job.all_to_all_bytes_per_s > 0 and len(job.containers) > 1:
+            members = tuple(range(base, base + len(job.containers)))
+            uniform.append(UniformTraffic(members, 2 * job.all_to_all_bytes_per_s))
     inst = Instance(
         hosts=hosts,
         racks=racks,
@@ -174,6 +202,7 @@ def build_instance(
         same_rack_cost=cluster.links.same_rack,
         cross_rack_cost=cluster.links.cross_rack,
         current=(None,) * len(containers),
+        uniform=tuple(uniform),
     )
     if current is None:
         return inst

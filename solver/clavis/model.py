@@ -151,6 +151,15 @@ class Job(_Strict):
     name: Name
     containers: list[Container] = Field(min_length=1)
     traffic: list[Flow] = Field(default_factory=list)
+    all_to_all_bytes_per_s: float = Field(
+        default=0.0,
+        ge=0,
+        description=(
+            "Bytes/s every container of the job sends to every other one (an MPI "
+            "all-to-all pattern), on top of `traffic`: a job of n containers need not "
+            "list n*(n-1) flows."
+        ),
+    )
 
     @model_validator(mode="after")
     def _flows_inside_job(self) -> Job:

@@ -160,18 +160,35 @@ def _flow_arrays(
 
 
 def traffic(inst: Instance, assignment: Assignment) -> float:
-    if not inst.flows:
+    if not inst.flows and not inst.uniform:
         return 0.0
-    a, b, w = _flow_arrays(inst)
     where = np.asarray(assignment, dtype=np.int64)
     rack = np.fromiter((h.rack for h in inst.hosts), dtype=np.int64, count=len(inst.hosts))
-    ha, hb = where[a], where[b]
-    cost = np.where(
-        ha == hb,
-        0.0,
-        np.where(rack[ha] == rack[hb], inst.same_rack_cost, inst.cross_rack_cost),
-    )
-    return float(np.dot(w, cost))
+    total = 0.0
+    if inst.flows:
+        a, b, w = _flow_arrays(inst)
+        ha, hb = where[a], where[b]
+        cost = np.where(
+            ha == hb,
+            0.0,
+            np.where(rack[ha] == rack[hb], inst.same_rack_cost, inst.cross_rack_cost),
+        )
+        total += float(np.dot(w, cost))
+    for u in inst.uniform:
+        # Same formula as the flows, counted by place: pairs inside a host cost nothing,
+        # pairs inside a rack cost same_rack, the rest cross_rack.
+        hosts = where[list(u.members)]
+        same_host = _pairs_within(np.bincount(hosts))
+        same_rack = _pairs_within(np.bincount(rack[hosts]))
+        total += u.bytes_per_s * (
+            inst.same_rack_cost * (same_rack - same_host)
+            + inst.cross_rack_cost * (u.pairs - same_rack)
+        )
+    return total
+
+
+def _pairs_within(counts: npt.NDArray[np.int64]) -> int:
+    return int(np.sum(counts * (counts - 1)) // 2)
 
 
 def migration(inst: Instance, assignment: Assignment) -> float:
@@ -248,7 +265,9 @@ def bounds(inst: Instance) -> Bounds:
     d_hi = float(sum(c.cores for c in inst.containers if c.devil))
     single_rack = len({h.rack for h in inst.hosts}) == 1
     worst_link = inst.same_rack_cost if single_rack else inst.cross_rack_cost
-    c_hi = sum(f.bytes_per_s for f in inst.flows) * worst_link
+    c_hi = (
+        sum(f.bytes_per_s for f in inst.flows) + sum(u.bytes_per_s * u.pairs for u in inst.uniform)
+    ) * worst_link
     placed = zip(inst.containers, inst.current, strict=True)
     m_hi = float(sum(c.memory_bytes for c, cur in placed if cur is not None))
     return Bounds(

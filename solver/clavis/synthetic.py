@@ -66,9 +66,16 @@ def parapluie_hosts(count: int, hosts_per_rack: int = 32) -> list[dict[str, Any]
 
 
 def job_document(
-    name: str, profile: Profile, containers: int, cores: int, rng: random.Random
+    name: str,
+    profile: Profile,
+    containers: int,
+    cores: int,
+    rng: random.Random,
+    *,
+    compact: bool = False,
 ) -> dict[str, Any]:
-    """One job of ``containers`` identical containers with all-to-all traffic (MPI)."""
+    """One job of ``containers`` identical containers with all-to-all traffic (MPI),
+    listed flow by flow, or as ``all_to_all_bytes_per_s`` when ``compact``."""
     # +-10% jitter on intensity keeps the class but makes jobs differ.
     mpki = round(profile.mpki * rng.uniform(0.9, 1.1), 2)
     names = [f"{name}-c{k:03d}" for k in range(containers)]
@@ -84,7 +91,9 @@ def job_document(
             for n in names
         ],
     }
-    if profile.pair_bytes_per_s > 0 and containers > 1:
+    if profile.pair_bytes_per_s > 0 and containers > 1 and compact:
+        doc["all_to_all_bytes_per_s"] = profile.pair_bytes_per_s
+    elif profile.pair_bytes_per_s > 0 and containers > 1:
         doc["traffic"] = [
             {"src": a, "dst": b, "bytes_per_s": profile.pair_bytes_per_s}
             for a in names
@@ -100,16 +109,25 @@ def table53_instance(
     max_containers: int = 128,
     cores_per_container: int = 12,
     hosts: int | None = None,
+    *,
+    min_containers: int | None = None,
+    compact: bool = False,
 ) -> tuple[Cluster, Workload]:
     """Thesis Table 5.3 setup: jobs of up to ``max_containers`` containers on ``hosts``
     Parapluie-like hosts; by default as many hosts as containers (so every container
-    could have a host alone). The thesis used "nodes = max containers (<= 1024)"."""
+    could have a host alone). The thesis used "nodes = max containers (<= 1024)".
+    Job sizes are drawn from [min_containers (default max/4), max_containers]."""
     rng = random.Random(seed)
     docs = []
     for j in range(jobs):
         profile = rng.choice(PROFILES)
-        size = rng.randint(max(1, max_containers // 4), max_containers)
-        docs.append(job_document(f"j{j}-{profile.name}", profile, size, cores_per_container, rng))
+        low = min_containers or max(1, max_containers // 4)
+        size = rng.randint(low, max_containers)
+        docs.append(
+            job_document(
+                f"j{j}-{profile.name}", profile, size, cores_per_container, rng, compact=compact
+            )
+        )
     total = hosts or sum(len(d["containers"]) for d in docs)
     cluster = Cluster.model_validate({"name": f"table53-{seed}", "hosts": parapluie_hosts(total)})
     return cluster, Workload.model_validate({"jobs": docs})

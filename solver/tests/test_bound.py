@@ -116,3 +116,20 @@ def test_too_many_patterns_means_no_bound() -> None:
     assert rack.prepare(inst, Weights(1, 1, 1), bounds(inst)) is None
     got = place("cpsat", inst, Weights(1, 1, 1), SolveOptions(time_limit=2, seed=0, workers=2))
     assert got.assignment is not None  # the per-host model still answers
+
+
+def test_all_to_all_jobs_solve_like_the_listed_flows() -> None:
+    spelt = build_instance(*table53_instance(seed=5, max_containers=3, hosts=12))
+    compact = build_instance(*table53_instance(seed=5, max_containers=3, hosts=12, compact=True))
+    assert compact.uniform and not compact.flows and spelt.flows
+    w = Weights(2, 5, 9)
+    a = place("cpsat", spelt, w, OPTS)
+    b = place("cpsat", compact, w, OPTS)
+    assert a.status == b.status == "OPTIMAL"
+    assert a.score is not None and b.score is not None
+    assert pytest.approx(a.score.F, abs=1e-9) == b.score.F
+    # The plain model spells the pairs out; its answer scores alike on both forms.
+    plain = place("plain", compact, w, SolveOptions(time_limit=2, seed=1, workers=2))
+    assert plain.assignment is not None and plain.score is not None
+    assert plain.score.F >= a.score.F - 1e-9
+    assert pytest.approx(plain.score.F) == score(spelt, plain.assignment, w).F

@@ -67,6 +67,8 @@ CASES = [
     ("workload/jobs/0/containers/0/memory_bytes", _DELETE, ["memory_bytes: field required"]),
     ("workload/jobs/0/containers/0/class", "gremlin", ["class", "gremlin"]),
     ("workload/schema_version", 7, ["schema_version", "7"]),
+    ("workload/jobs/0/all_to_all_bytes_per_s", -1.0, ["all_to_all_bytes_per_s", "-1"]),
+    ("workload/jobs/0/all_to_all_bytes_per_s", float("nan"), ["all_to_all_bytes_per_s"]),
 ]
 
 

@@ -89,6 +89,31 @@ def test_traffic_link_classes_and_both_directions() -> None:
     assert pytest.approx(5 * 7.0) == evaluate(inst, (0, 2)).C
 
 
+def test_all_to_all_traffic_equals_the_same_flows_listed() -> None:
+    hosts = [host("h1", "r1"), host("h2", "r1"), host("h3", "r2"), host("h4", "r2")]
+    names = ["a", "b", "c", "d", "e"]
+    listed = [
+        {"src": x, "dst": y, "bytes_per_s": 8.0 if (x, y) == ("a", "b") else 3.0}
+        for x in names
+        for y in names
+        if x != y
+    ]
+    extra = [{"src": "a", "dst": "b", "bytes_per_s": 5.0}]
+    conts = [container(n, 1) for n in names]
+    links = {"links": {"same_rack": 1.5, "cross_rack": 7.0}}
+    spelt = instance(hosts, [{"name": "j", "containers": conts, "traffic": listed}], **links)
+    compact = instance(
+        hosts,
+        [{"name": "j", "containers": conts, "traffic": extra, "all_to_all_bytes_per_s": 3.0}],
+        **links,
+    )
+    assert len(compact.flows) == 1 and len(compact.uniform) == 1
+    assert bounds(compact) == bounds(spelt)
+    assert set(compact.all_flows()) == set(spelt.flows)
+    for where in itertools.product(range(4), repeat=5):
+        assert pytest.approx(evaluate(spelt, where).C) == evaluate(compact, where).C, where
+
+
 def test_migration_counts_moved_memory_only() -> None:
     hosts = [host("h1"), host("h2")]
     jobs = [

@@ -47,7 +47,7 @@ from scipy.sparse import lil_matrix
 
 from clavis.instance import Assignment, Instance
 from clavis.objectives import Bounds, Weights, score, violations
-from clavis.placement.symmetry import Group, container_groups
+from clavis.placement.symmetry import Group, container_groups, pair_rates
 
 MAX_PATTERNS = 4000  # per host class; beyond this the enumeration costs more than it proves
 GRID_TOTAL = 2.0**52  # pricing objectives stay below this on their integer grid (_price)
@@ -191,13 +191,10 @@ def prepare(inst: Instance, weights: Weights, limits: Bounds) -> RackProblem | N
     racks_of_type: list[list[int]] = [[] for _ in kinds]
     for r, c in enumerate(racks.values()):
         racks_of_type[kind_index[tuple(sorted(c.items()))]].append(r)
-    group_of = {m: gi for gi, g in enumerate(groups) for m in g.members}
-    rates: dict[tuple[int, int], float] = {}
-    total = 0.0
-    for f in inst.flows:
-        a, b = sorted((group_of[f.a], group_of[f.b]))
-        rates[a, b] = f.bytes_per_s  # constant inside a group pair (symmetry.py)
-        total += f.bytes_per_s
+    rates = pair_rates(inst, groups)
+    total = sum(f.bytes_per_s for f in inst.flows) + sum(
+        u.bytes_per_s * u.pairs for u in inst.uniform
+    )
     multi_rack = len({h.rack for h in inst.hosts}) > 1
     cr, cx = inst.same_rack_cost, inst.cross_rack_cost
     # C = sum_flows w * (worst - (worst - cr) * same_rack - cr * same_host), with

@@ -27,7 +27,7 @@ from clavis.placement import bound as rack
 from clavis.placement import fathom, rackmodel
 from clavis.placement.baselines import corerr, noderr
 from clavis.placement.result import PlacementResult, SolveOptions, Status, Stopwatch
-from clavis.placement.symmetry import Group, container_groups, host_types
+from clavis.placement.symmetry import Group, container_groups, host_types, pair_rates
 
 LinExpr = cp_model.LinearExprT | float  # float terms appear only in the objective
 
@@ -120,16 +120,6 @@ def _contention(model: cp_model.CpModel, inst: Instance, v: CpVars) -> LinExpr:
     )
 
 
-def _pair_rates(inst: Instance, groups: list[Group]) -> dict[tuple[int, int], float]:
-    """Bytes/s between one member of group g1 and one of g2 (constant by construction)."""
-    group_of = {m: gi for gi, g in enumerate(groups) for m in g.members}
-    rates: dict[tuple[int, int], float] = {}
-    for f in inst.flows:
-        key = tuple(sorted((group_of[f.a], group_of[f.b])))
-        rates[key[0], key[1]] = f.bytes_per_s
-    return rates
-
-
 def _same_place_pairs(
     model: cp_model.CpModel, a: cp_model.IntVar, b: cp_model.IntVar | None, name: str
 ) -> LinExpr | None:
@@ -184,7 +174,7 @@ def _traffic_aggregated(model: cp_model.CpModel, inst: Instance, v: CpVars) -> L
 
     total: list[LinExpr] = []
     cx, cr = inst.cross_rack_cost, inst.same_rack_cost
-    for (g1, g2), w in _pair_rates(inst, v.groups).items():
+    for (g1, g2), w in pair_rates(inst, v.groups).items():
         n1, n2 = v.groups[g1].size, v.groups[g2].size
         all_pairs = n1 * (n1 - 1) // 2 if g1 == g2 else n1 * n2
         host_pairs: list[LinExpr] = []
@@ -215,7 +205,8 @@ def _traffic_aggregated(model: cp_model.CpModel, inst: Instance, v: CpVars) -> L
 
 def _traffic_plain(model: cp_model.CpModel, inst: Instance, v: CpVars) -> LinExpr:
     """Naive encoding: each container's host index and rack index, one test per flow."""
-    if not inst.flows:
+    flows = inst.all_flows()
+    if not flows:
         return cp_model.LinearExpr.constant(0)
     where: list[cp_model.IntVar] = []
     rack: list[cp_model.IntVar] = []
@@ -230,7 +221,7 @@ def _traffic_plain(model: cp_model.CpModel, inst: Instance, v: CpVars) -> LinExp
         rack.append(r)
     total: list[LinExpr] = []
     cx, cr = inst.cross_rack_cost, inst.same_rack_cost
-    for k, f in enumerate(inst.flows):
+    for k, f in enumerate(flows):
         sh = model.new_bool_var(f"sh_{k}")
         model.add(where[f.a] == where[f.b]).only_enforce_if(sh)
         sr = model.new_bool_var(f"sr_{k}")

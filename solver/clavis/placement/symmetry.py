@@ -97,6 +97,26 @@ def container_groups(inst: Instance, aggregate: bool = True) -> list[Group]:
     return groups
 
 
+def pair_rates(inst: Instance, groups: list[Group]) -> dict[tuple[int, int], float]:
+    """Bytes/s between one member of group g1 and one of g2 (g1 <= g2), both ways added.
+
+    Constant by construction of the groups; all-to-all traffic adds its rate to every
+    pair of groups of its job, a group with itself included.
+    """
+    group_of = {m: gi for gi, g in enumerate(groups) for m in g.members}
+    rates: dict[tuple[int, int], float] = {}
+    for f in inst.flows:
+        a, b = sorted((group_of[f.a], group_of[f.b]))
+        rates[a, b] = f.bytes_per_s
+    for u in inst.uniform:
+        inside = sorted({group_of[m] for m in u.members})
+        for i, a in enumerate(inside):
+            for b in inside[i:]:
+                if a != b or groups[a].size > 1:
+                    rates[a, b] = rates.get((a, b), 0.0) + u.bytes_per_s
+    return rates
+
+
 def host_types(inst: Instance, groups: list[Group]) -> list[list[int]]:
     """Hosts that are interchangeable: same specification, rack and current residents."""
     group_of = {m: gi for gi, g in enumerate(groups) for m in g.members}
