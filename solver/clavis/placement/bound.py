@@ -51,7 +51,11 @@ from clavis.placement.symmetry import Group, container_groups, pair_rates
 
 MAX_PATTERNS = 4000  # per host class; beyond this the enumeration costs more than it proves
 GRID_TOTAL = 2.0**52  # pricing objectives stay below this on their integer grid (_price)
-BIG = 1e6  # cost of an uncovered container in the restricted master (F is at most ~1)
+# Cost of an uncovered container in the restricted master. F spans about 1, so no
+# container is worth more; the Lagrangian bound is valid whatever this is, it only sets
+# how fast column generation leaves the artificial start (1e6 made pricing crawl).
+BIG = 10.0
+PRICE_SECONDS = 3.0  # most one pricing call may take; its proven bound is used if cut
 
 
 @dataclass(frozen=True)
@@ -421,7 +425,7 @@ def _node_bound(
         added = False
         per_type = (deadline - now) / max(1, len(pb.rack_types))
         for rt in range(len(pb.rack_types)):
-            col, low = _price(pb, rt, duals, calm, min(per_type, 10.0))
+            col, low = _price(pb, rt, duals, calm, min(per_type, PRICE_SECONDS))
             lagrange += pb.rack_counts[rt] * low
             if col is not None:
                 red = duals.reduced(col)
@@ -503,6 +507,31 @@ def integer_schedule(
     return _decode(pb, inst, cols, [round(v) for v in res.x[:nc]])
 
 
+def seed_columns(pb: RackProblem, inst: Instance, assignment: Assignment) -> list[Column]:
+    """The rack configurations a placement uses."""
+    group_of = {m: gi for gi, g in enumerate(pb.groups) for m in g.members}
+    on_host: dict[int, list[int]] = defaultdict(lambda: [0] * len(pb.groups))
+    for c, h in enumerate(assignment):
+        on_host[h][group_of[c]] += 1
+    index = [{p.counts: pi for pi, p in enumerate(pats)} for pats in pb.patterns]
+    type_of = {r: rt for rt, racks in enumerate(pb.racks_of_type) for r in racks}
+    out: dict[tuple[int, tuple[tuple[int, int, int], ...]], Column] = {}
+    for r, hosts in enumerate(pb.rack_hosts):
+        used: Counter[tuple[int, int]] = Counter()
+        for ci, members in hosts.items():
+            for h in members:
+                used[ci, index[ci][tuple(on_host[h])]] += 1
+        uses = tuple(sorted((ci, pi, n) for (ci, pi), n in used.items()))
+        counts = [0] * len(pb.groups)
+        for ci, pi, n in uses:
+            for gi, k in enumerate(pb.patterns[ci][pi].counts):
+                counts[gi] += n * k
+        cost = sum(n * host_cost(pb, ci, pb.patterns[ci][pi]) for ci, pi, n in uses)
+        cost += _rack_cost(pb, tuple(counts))
+        out[type_of[r], uses] = Column(type_of[r], tuple(counts), uses, cost)
+    return list(out.values())
+
+
 def _contended_jobs(pb: RackProblem, col: Column) -> frozenset[int]:
     out: frozenset[int] = frozenset()
     for ci, pi, _ in col.patterns:
@@ -567,6 +596,7 @@ def rack_bound(
     limits: Bounds,
     incumbent: float,
     time_limit: float,
+    seed: Assignment | None = None,
 ) -> BoundResult:
     """A lower bound on F over every placement of ``inst`` (``pb = prepare(...)``), and a
     placement better than ``incumbent`` when the integer schedule finds one.
@@ -577,7 +607,9 @@ def rack_bound(
     """
     start = time.monotonic()
     deadline = start + 0.75 * time_limit  # the rest for the integer schedule
-    pool: list[Column] = []
+    # The incumbent's own racks start the pool: the first master is then feasible and
+    # its duals mean something.
+    pool: list[Column] = seed_columns(pb, inst, seed) if seed is not None else []
     seq = itertools.count()
     b, used = _node_bound(pb, pool, frozenset(), frozenset(), deadline)
     heap = [_Node(b, next(seq), frozenset(), frozenset(), used)]

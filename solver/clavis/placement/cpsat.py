@@ -515,7 +515,13 @@ def solve(
     if proving and racks is not None and status != "OPTIMAL":
         left = max(0.05, options.time_limit - watch.elapsed)
         got = rack.rack_bound(
-            racks, inst, weights=weights, limits=limits, incumbent=result.F, time_limit=left
+            racks,
+            inst,
+            weights=weights,
+            limits=limits,
+            incumbent=result.F,
+            time_limit=left,
+            seed=assignment,
         )
         if got.assignment is not None and got.F is not None and got.F < result.F:
             assignment, result = got.assignment, score(inst, got.assignment, weights, limits)
