@@ -17,7 +17,7 @@ from clavis.placement.baselines import corerr
 from clavis.placement.cpsat import build_model, canonical, decode
 from clavis.placement.exact import TooLargeError, feasible_assignments
 from clavis.placement.symmetry import container_groups, host_types
-from clavis.synthetic import small_instance, table53_instance
+from clavis.synthetic import enumerable_instance, small_instance, table53_instance
 
 OPTS = SolveOptions(time_limit=20, seed=1, workers=2)
 
@@ -203,3 +203,16 @@ def test_fathom_isolates_devil_jobs_among_turtles() -> None:
     assert evaluate(inst, isolated).D == 0  # one devil and one turtle per host
     assert violations(inst, isolated) == []
     assert evaluate(inst, isolated).P == evaluate(inst, packed).P  # same hosts powered
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_cpsat_matches_exact_on_four_hosts_and_eight_containers(seed: int) -> None:
+    # The size for the oracle: 4 hosts x 8 containers, two racks, random weights.
+    rng = random.Random(seed)
+    inst = build_instance(*enumerable_instance(seed, hosts=4, containers=8))
+    w = Weights(*(float(rng.randint(1, 10)) for _ in range(3)))
+    oracle = place("exact", inst, w, OPTS)
+    got = place("cpsat", inst, w, OPTS)
+    assert oracle.score is not None and got.score is not None
+    assert got.status == "OPTIMAL"
+    assert pytest.approx(oracle.score.F, abs=1e-6) == got.score.F
