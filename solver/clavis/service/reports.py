@@ -9,7 +9,6 @@ the OpenAPI document describes) calls the same :func:`accept`.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
@@ -71,9 +70,7 @@ async def accept(d: Clavisd, headers: Mapping[str, str], body: bytes) -> Answer:
     except Exception:
         _restore(d, report.host, last)
         return _no(503, "ingest queue full; retry later")
-    try:
-        await asyncio.wrap_future(done)
-    except RuntimeError:
+    if not await done:
         _restore(d, report.host, last)
         return _no(503, "report could not be stored; retry later")
     return Answer(202, {"host": report.host, "timestamp": ts, "containers": len(report.containers)})

@@ -3,26 +3,29 @@
 Validating and authenticating reports (the API) and writing them (staging rows,
 classification, SQLite) both need the CPU; in one process they share one interpreter
 lock, which caps ingest at one core. Here the API process only queues each accepted
-report's bytes; a child process re-validates them (the contract, cheap) and runs the
-in-process Ingestor's batch write; the answer for each report comes back once its batch
-is committed, so a 202 still means stored. The child exits when the pipe closes, so a
-clavisd killed with -9 leaves no writer behind.
+report's bytes (with its timestamp and nonce); a child process parses them as plain
+JSON (the API validated them against the contract already, so they are not
+validated twice) and runs the in-process Ingestor's batch write; the answer for each
+report comes back once its batch is committed, so a 202 still means stored. The child
+exits when the pipe closes, so a clavisd killed with -9 leaves no writer behind.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import multiprocessing
 import pickle
-import queue
 import threading
-from concurrent.futures import Future
+from collections import deque
 from multiprocessing.connection import Connection
 from typing import Any
 
+from pydantic_core import from_json
+
 from clavis.service.config import ClassifyConfig
-from clavis.service.ingest import Ingestor, take_batch
+from clavis.service.ingest import Accepted, Ingestor, Outcome, settle
 from clavis.service.store import Store
 from clavis_contracts import MonitorReport
 from clavis_contracts.signing import Signed
@@ -30,8 +33,9 @@ from clavis_contracts.signing import Signed
 log = logging.getLogger("clavisd.writer")
 # Asks the child to finish: closing our end is not enough while a thread reads from it.
 _STOP = b"stop"
-# What crosses the pipe per report: its key, its bytes, its request's (timestamp, nonce).
-_Item = tuple[int, bytes, tuple[int, str] | None]
+# What crosses the pipe per report: its key, its bytes, its timestamp, and its request's
+# (signature timestamp, nonce).
+_Item = tuple[int, bytes, float, tuple[int, str] | None]
 
 
 def _child(conn: Connection, url: str, cfg: dict[str, Any]) -> None:
@@ -46,9 +50,9 @@ def _child(conn: Connection, url: str, cfg: dict[str, Any]) -> None:
         if data == _STOP:
             break
         items: list[_Item] = pickle.loads(data)
-        reports = [MonitorReport.model_validate_json(raw) for _, raw, _ in items]
-        signed = [Signed(*s) if s is not None else None for _, _, s in items]
-        oks = ingestor.write_batch(reports, signed)
+        batch = [Accepted(ts, from_json(raw), None if n is None else Signed(*n))
+                 for _, raw, ts, n in items]  # fmt: skip
+        oks = ingestor.write_batch(batch)
         conn.send_bytes(pickle.dumps([(i[0], ok) for i, ok in zip(items, oks, strict=True)]))
     store.close()
     conn.close()
@@ -64,8 +68,11 @@ class ProcessIngestor:
         self.batch_max = batch_max
         self.batch_wait_s = batch_wait_s
         self.stored = 0
-        self._queue: queue.Queue[_Item] = queue.Queue(maxsize=100_000)
-        self._futures: dict[int, Future[None]] = {}
+        # Reports wait in a deque (append and popleft are atomic): the event loop does not
+        # wake the sender per report, only when it is idle (the Event).
+        self._items: deque[_Item] = deque()
+        self._wake = threading.Event()
+        self._waiting: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future[bool]]] = {}
         self._lock = threading.Lock()
         self._next = 0
         self._stop = threading.Event()
@@ -82,6 +89,7 @@ class ProcessIngestor:
 
     def stop(self, timeout_s: float = 10.0) -> None:
         self._stop.set()
+        self._wake.set()
         self._sender.join(timeout_s)
         with contextlib.suppress(OSError):  # the child may be gone already
             self._conn.send_bytes(_STOP)
@@ -91,24 +99,37 @@ class ProcessIngestor:
 
     def submit(
         self, report: MonitorReport, raw: bytes = b"", signed: Signed | None = None
-    ) -> Future[None]:
-        done: Future[None] = Future()
+    ) -> asyncio.Future[bool]:
+        """Queue a report (from the event loop); the future says whether it was stored."""
+        if len(self._items) >= 100_000:
+            raise OverflowError("ingest queue full")
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[bool] = loop.create_future()
         with self._lock:
             key = self._next
             self._next += 1
-            self._futures[key] = done
-        try:
-            nonce = None if signed is None else (signed.timestamp, signed.nonce)
-            self._queue.put_nowait((key, raw or report.model_dump_json().encode(), nonce))
-        except queue.Full:
-            with self._lock:
-                del self._futures[key]
-            raise
+            self._waiting[key] = (loop, done)
+        nonce = None if signed is None else (signed.timestamp, signed.nonce)
+        raw = raw or report.model_dump_json().encode()
+        self._items.append((key, raw, report.timestamp.timestamp(), nonce))
+        if not self._wake.is_set():
+            self._wake.set()
         return done
 
+    def _take(self) -> list[_Item]:
+        """Up to ``batch_max`` reports: wait for the first, then ``batch_wait_s`` for more."""
+        if not self._items:
+            self._wake.wait(0.2)
+            self._wake.clear()
+            if not self._items:
+                return []
+            self._stop.wait(self.batch_wait_s)
+        n = min(len(self._items), self.batch_max)
+        return [self._items.popleft() for _ in range(n)]
+
     def _send(self) -> None:
-        while not self._stop.is_set() or not self._queue.empty():
-            batch = take_batch(self._queue, self.batch_max, self.batch_wait_s)
+        while not self._stop.is_set() or self._items:
+            batch = self._take()
             if batch:
                 try:
                     self._conn.send_bytes(pickle.dumps(batch))
@@ -124,17 +145,15 @@ class ProcessIngestor:
                 break
             self._settle(pickle.loads(data))
         with self._lock:  # the writer is gone: nothing pending will be stored
-            left = [(key, False) for key in self._futures]
+            left = [(key, False) for key in self._waiting]
         self._settle(left)
 
     def _settle(self, results: list[tuple[int, bool]]) -> None:
+        outcomes: list[Outcome] = []
         with self._lock:
-            done = [(self._futures.pop(k, None), ok) for k, ok in results]
-        for fut, ok in done:
-            if fut is None:
-                continue
-            if ok:
-                self.stored += 1
-                fut.set_result(None)
-            else:
-                fut.set_exception(RuntimeError("report could not be stored"))
+            for key, ok in results:
+                waiting = self._waiting.pop(key, None)
+                if waiting is not None:
+                    outcomes.append((*waiting, ok))
+                    self.stored += ok
+        settle(outcomes)

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
+import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import select
 
 from clavis.service import tables as t
-from clavis.service.api import create_app
+from clavis.service.api import create_app, serve
+from clavis.service.config import load_config
 from clavis.service.daemon import Clavisd
+from clavis.service.store import Store
 
-from .helpers import container, login, post_report, report, signed
+from .helpers import SECRET, container, login, post_report, report, signed, write_setup
 
 
 def test_health_and_openapi(client: TestClient) -> None:
@@ -214,3 +219,34 @@ def test_the_framework_route_answers_like_the_fast_path(clavisd: Clavisd) -> Non
         big = b"{" + b" " * 300_000 + b"}"
         r = plain.post("/api/v1/reports", content=big, headers=signed("/api/v1/reports", big))
         assert r.status_code == 413 and "limit" in r.json()["detail"]
+
+
+@pytest.mark.parametrize("writer", ["process", "thread"])
+def test_either_writer_stores_what_the_contract_validated(tmp_path: Path, writer: str) -> None:
+    """The writer reads the validated body as plain JSON: absent optional fields get the
+    contract's defaults and integers are stored as the numbers validation made them."""
+    cfg = write_setup(tmp_path, extra=f'[repack]\ninterval_s = 0\n[ingest]\nwriter = "{writer}"\n')
+    d = Clavisd(load_config(cfg), SECRET)
+    d.ingestor.start()
+    try:
+        with TestClient(serve(d)) as client:
+            doc = report("h1", [container("n1", traffic=[{"peer": "n2", "bytes_per_s": 5}]),
+                                {"name": "n2", "cores": 1, "memory_bytes": 0, "busy_cores": 1,
+                                 "intensity_mpki": None, "intensity_source": "unsupported"}],
+                         busy=3)  # fmt: skip
+            assert post_report(client, doc).status_code == 202
+            view = login(client, "vic")
+            got = {c["name"]: c for c in client.get("/api/v1/containers", headers=view).json()}
+            (h1,) = [h for h in client.get("/api/v1/hosts", headers=view).json()
+                     if h["name"] == "h1"]  # fmt: skip
+    finally:
+        d.stop()
+    assert got["n1"]["traffic"] == {"n2": 5.0} and got["n1"]["job"] == "j1"
+    assert got["n2"]["traffic"] == {} and got["n2"]["job"] is None and got["n2"]["app"] is None
+    assert got["n2"]["intensity_mpki"] is None and got["n2"]["votes"] == ""
+    assert got["n1"]["votes"] == "t" and got["n1"]["app"] == "j1"
+    assert h1["busy_cores"] == 3.0 and h1["watts"] == 150.0
+    with Store(f"sqlite:///{tmp_path / 'clavis.db'}").engine.connect() as conn:
+        (sample,) = conn.execute(select(t.container_samples).where(
+            t.container_samples.c.container == "n1")).all()  # fmt: skip
+    assert json.loads(sample.traffic) == {"n2": 5.0} and sample.intensity_source == "recorded"
