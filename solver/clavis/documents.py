@@ -95,13 +95,14 @@ def load_placement(path: Path) -> Placement:
     return load(Placement, path)
 
 
-def write_json_atomic(path: Path, payload: Any) -> None:
-    """Write to a temporary file beside ``path`` and rename: readers never see half a file."""
+def write_json_atomic(path: Path, payload: Any, indent: int | None = 2) -> None:
+    """Write to a temporary file beside ``path`` and rename: readers never see half a file.
+    ``indent=None``: compact, by the C encoder (files only programs read, written often)."""
     path = path.resolve()
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(payload, fh, indent=2, sort_keys=False)
+            fh.write(json.dumps(payload, indent=indent, sort_keys=False))
             fh.write("\n")
             fh.flush()
             os.fsync(fh.fileno())

@@ -53,4 +53,5 @@ def build(snap: Snapshot, now: float, valid_s: float) -> AdviceFile:
 
 def publish(path: Path, advice: AdviceFile) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(path, advice.model_dump(mode="json"))
+    # Compact: rewritten every few seconds and read by a C plugin, not by people.
+    write_json_atomic(path, advice.model_dump(mode="json"), indent=None)

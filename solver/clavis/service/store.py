@@ -168,6 +168,14 @@ class Store:
                 out.append(d)
             return out
 
+    def placement_inputs(self) -> list[tuple[Any, ...]]:
+        """Per container what the advice depends on (not its traffic): name, host, job,
+        cores, memory, class, intensity; cheap enough to read every few seconds."""
+        c = t.containers.c
+        q = select(c.name, c.host, c.job, c.cores, c.memory_bytes, c.klass, c.intensity_mpki)
+        with self.engine.connect() as conn:
+            return [tuple(r) for r in conn.execute(q.order_by(c.name))]
+
     def jobs(self) -> list[dict[str, Any]]:
         with self.engine.connect() as conn:
             return [dict(r._mapping) for r in conn.execute(select(t.jobs).order_by("name"))]

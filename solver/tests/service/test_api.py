@@ -206,6 +206,20 @@ def test_advice_file(client: TestClient, clavisd: Clavisd) -> None:
     assert nodes["a1"] == {"node": "a1", "host": "h1", "rack": "r1", "contention": "contended",
                            "node_class": "devil"}  # fmt: skip
     assert nodes["b2"]["host"] == "h2" and nodes["b2"]["rack"] == "r0"
+    # Nothing changed: the same advice, issued again with a newer time.
+    time.sleep(0.01)
+    clavisd.publish_advice()
+    again = json.loads(clavisd.config.advice.path.read_text())
+    assert again["nodes"] == doc["nodes"] and again["generated"] > doc["generated"]
+    # a1 moves to h3: the advice is rebuilt (h1 keeps one devil: no longer contended).
+    now = time.time()
+    for host, names in (("h1", ("b1",)), ("h3", ("a1",))):
+        cs = [container(n, job=n[0], mpki=20.0) for n in names]
+        assert post_report(client, report(host, cs, ts=now)).status_code == 202
+    clavisd.publish_advice()
+    moved = {n["node"]: n for n in json.loads(clavisd.config.advice.path.read_text())["nodes"]}
+    assert moved["a1"]["host"] == "h3" and moved["b1"]["contention"] == "ok"
+    assert moved["a2"]["contention"] == "contended"
 
 
 def test_the_framework_route_answers_like_the_fast_path(clavisd: Clavisd) -> None:
