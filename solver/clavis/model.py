@@ -302,3 +302,15 @@ class WeightsFile(_Strict):
     picks: list[int] = Field(min_length=3)
     front_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     outcomes: list[CalibrationOutcome]
+
+    @model_validator(mode="after")
+    def _usable_weights(self) -> WeightsFile:
+        # F is a weighted sum to minimise: a negative weight would reward the objective it
+        # weighs, and all zeros make every placement equal. NaN/inf are refused by _Strict.
+        w = self.weights
+        negative = [f"{k}={getattr(w, k):g}" for k in "PDCM" if getattr(w, k) < 0]
+        if negative:
+            raise ValueError(f"weights must not be negative: {', '.join(negative)}")
+        if not any(getattr(w, k) > 0 for k in "PDCM"):
+            raise ValueError("weights are all zero: at least one of P, D, C, M must be positive")
+        return self

@@ -175,7 +175,7 @@ async def set_weights(request: Request, user: Admin) -> s.WeightsOut:
     except ValidationError as exc:
         raise HTTPException(422, f"malformed weights file: {describe(exc, None)}") from None
     given = doc.weights
-    try:  # the document allows what F does not: negative or all-zero weights
+    try:  # what F takes (the model refuses negative and all-zero weights too)
         Weights(given.P, given.D, given.C, given.M)
     except ValueError as exc:
         raise HTTPException(422, f"weights file: {exc}") from None
