@@ -11,6 +11,12 @@ from pydantic import BaseModel
 
 from clavis_contracts.advice import AdviceFile, AdviceNode
 from clavis_contracts.migration import TERMINAL_STATES, MigrationStep, StepState, StepStatus
+from clavis_contracts.registration import (
+    DeregisterStep,
+    RegisterStep,
+    RegistrationReply,
+    RegistrationRequest,
+)
 from clavis_contracts.report import ContainerSample, MonitorReport, PeerTraffic, PowerReading
 
 SCHEMAS: dict[str, type[BaseModel]] = {
@@ -18,6 +24,8 @@ SCHEMAS: dict[str, type[BaseModel]] = {
     "migration-step": MigrationStep,
     "step-status": StepStatus,
     "advice": AdviceFile,
+    "registration": RegistrationRequest,
+    "registration-reply": RegistrationReply,
 }
 
 
@@ -31,10 +39,14 @@ __all__ = [
     "AdviceFile",
     "AdviceNode",
     "ContainerSample",
+    "DeregisterStep",
     "MigrationStep",
     "MonitorReport",
     "PeerTraffic",
     "PowerReading",
+    "RegisterStep",
+    "RegistrationReply",
+    "RegistrationRequest",
     "StepState",
     "StepStatus",
     "json_schemas",

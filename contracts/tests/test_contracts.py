@@ -165,7 +165,14 @@ def test_published_schemas_match_the_contracts() -> None:
     for kind, schema in json_schemas().items():
         published = json.loads((ROOT / "docs" / "schema" / f"{kind}.schema.json").read_text())
         assert published == schema, f"docs/schema/{kind}.schema.json is stale: run `make schemas`"
-    assert set(SCHEMAS) == {"report", "migration-step", "step-status", "advice"}
+    assert set(SCHEMAS) == {
+        "report",
+        "migration-step",
+        "step-status",
+        "advice",
+        "registration",
+        "registration-reply",
+    }
 
 
 def test_contracts_import_without_solver_dependencies() -> None:
