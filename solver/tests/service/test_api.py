@@ -206,9 +206,14 @@ def test_advice_file(client: TestClient, clavisd: Clavisd) -> None:
     assert nodes["a1"] == {"node": "a1", "host": "h1", "rack": "r1", "contention": "contended",
                            "node_class": "devil"}  # fmt: skip
     assert nodes["b2"]["host"] == "h2" and nodes["b2"]["rack"] == "r0"
-    # Nothing changed: the same advice, issued again with a newer time.
+    # Nothing changed: the same advice, issued again with a newer time, by a rename (a
+    # new file, none half-written or left behind).
+    path = clavisd.config.advice.path
+    inode = path.stat().st_ino
     time.sleep(0.01)
     clavisd.publish_advice()
+    assert path.stat().st_ino != inode
+    assert [p.name for p in path.parent.iterdir() if p.name.startswith(f".{path.name}")] == []
     again = json.loads(clavisd.config.advice.path.read_text())
     assert again["nodes"] == doc["nodes"] and again["generated"] > doc["generated"]
     # a1 moves to h3: the advice is rebuilt (h1 keeps one devil: no longer contended).

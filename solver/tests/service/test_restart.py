@@ -11,26 +11,26 @@ import pytest
 
 from clavis.service.store import Store
 
-from .agent_double import AgentDouble
 from .helpers import container, report, write_setup
 from .process import Daemon, free_port, wait_for
+from .protocol_recorder import NOTHING_MOVED, ProtocolRecorder
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def agent() -> Iterator[AgentDouble]:
-    with AgentDouble(delay_s=1.5) as a:
+def recorder() -> Iterator[ProtocolRecorder]:
+    with ProtocolRecorder(delay_s=1.5) as a:
         yield a
 
 
 def test_kill9_mid_plan_then_restart_resumes_without_moving_twice(
-    tmp_path: Path, agent: AgentDouble, store_url: str
+    tmp_path: Path, recorder: ProtocolRecorder, store_url: str
 ) -> None:
     port = free_port()
     extra = ("[repack]\ninterval_s = 0\ntime_limit_s = 5\nworkers = 1\nparallelism = 1\n"
              "poll_s = 0.2\n"
-             f'[migrator]\naddress = "127.0.0.1:{agent.port}"\ntimeout_s = 2\n')  # fmt: skip
+             f'[migrator]\naddress = "127.0.0.1:{recorder.port}"\ntimeout_s = 2\n')  # fmt: skip
     cfg = write_setup(tmp_path, extra=extra, port=port, store_url=store_url)
     d = Daemon(cfg, port, tmp_path / "clavisd.log")
     d.start()
@@ -48,9 +48,9 @@ def test_kill9_mid_plan_then_restart_resumes_without_moving_twice(
         n_steps = len(out["plan"]["steps"])
         assert n_steps >= 2, out
         # Let the first step finish and the next one start, then crash clavisd hard.
-        wait_for(lambda: len(agent.done_steps()) >= 1 and len(agent.record.accepted) >= 2,
+        wait_for(lambda: len(recorder.done_steps()) >= 1 and len(recorder.record.accepted) >= 2,
                  60, "one step done and the next in flight")  # fmt: skip
-        done_before = set(agent.done_steps())
+        done_before = set(recorder.done_steps())
         assert d.children(), "clavisd runs its ingest writer as a child process"
         d.kill9()
         crash = time.time()
@@ -60,10 +60,10 @@ def test_kill9_mid_plan_then_restart_resumes_without_moving_twice(
         final = d.call("GET", f"/api/v1/plans/{plan}")
     finally:
         d.stop()
-    rec = agent.record
+    rec = recorder.record
     assert not rec.refused, rec.refused
     assert all(s["state"] == "done" for s in final["steps"])
-    # Every step ran once on the agent, and each container was moved by one step only.
+    # Every step ran once on the recorder, and each container was moved by one step only.
     assert len(rec.accepted) == n_steps
     moved = [s.container for s in rec.steps.values()]
     assert len(moved) == len(set(moved))
@@ -77,5 +77,7 @@ def test_kill9_mid_plan_then_restart_resumes_without_moving_twice(
             if e["idx"] is not None and e["state"] == "done"]  # fmt: skip
     store.close()
     assert sorted(idx for idx, _ in rows) == list(range(n_steps))
+    # The audit log says the steps were answered by the test recorder, which moved nothing.
+    assert all(s["message"] == NOTHING_MOVED for s in final["steps"])
     # (A second step was dispatched before the crash, so the first one's "done" was stored.)
     assert any(ts < crash for _, ts in rows)

@@ -1,11 +1,20 @@
-"""A migrator-protocol recorder for tests only: it checks clavisd's signed requests and
-records what it was asked; it moves nothing. A step it accepts reports "done" after a
-delay. Never shipped: the real agent is clavis-migrator (a later issue)."""
+"""A recorder of the migrator protocol, for tests of clavisd's executor only.
+
+It is not an agent and cannot be mistaken for one: it moves nothing and touches no
+container; it checks clavisd's signed requests and records what it was asked. To let the
+executor's protocol (dispatch, poll, resume after a crash, never twice) be tested, a
+step it has recorded is answered "running" and, after a delay, "done", every answer
+saying in its message that nothing was moved (the message lands in clavisd's audit log).
+It listens on loopback only, starts only inside a pytest test, and is never shipped
+(solver/tests is not part of the clavis package; test_protocol_recorder checks nothing
+else imports it). The real agent is clavis-migrator (a later issue).
+"""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -26,8 +35,13 @@ class Record:
     refused: list[str] = field(default_factory=list)
 
 
-class AgentDouble:
+NOTHING_MOVED = "protocol recorder (tests only): nothing was moved"
+
+
+class ProtocolRecorder:
     def __init__(self, delay_s: float) -> None:
+        if "PYTEST_CURRENT_TEST" not in os.environ:
+            raise RuntimeError("the protocol recorder runs only inside a pytest test")
         self.delay_s = delay_s
         self.record = Record()
         self.lock = threading.Lock()
@@ -36,7 +50,7 @@ class AgentDouble:
         self.port = self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
-    def __enter__(self) -> AgentDouble:
+    def __enter__(self) -> ProtocolRecorder:
         self.thread.start()
         return self
 
@@ -48,7 +62,7 @@ class AgentDouble:
         started = self.record.accepted[step_id]
         done = time.time() - started >= self.delay_s
         return StepStatus(step_id=step_id, state="done" if done else "running",
-                          updated=dt.datetime.now(dt.UTC),
+                          message=NOTHING_MOVED, updated=dt.datetime.now(dt.UTC),
                           seconds=self.delay_s if done else None)  # fmt: skip
 
     def done_steps(self) -> list[str]:
