@@ -233,7 +233,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     d.start()
     try:
         uvicorn.run(serve(d), host=d.config.server.listen, port=d.config.server.port,
-                    log_level=args.log_level, access_log=False)  # fmt: skip
+                    log_level=args.log_level, access_log=False, proxy_headers=False)  # fmt: skip
     finally:
         d.stop()
     return 0

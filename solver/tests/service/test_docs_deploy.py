@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import configparser
+import importlib
+import json
+import sys
 from pathlib import Path
 
 from clavis.service.config import load_config
@@ -31,3 +34,19 @@ def test_systemd_units() -> None:
     repack = units["clavis-repack.service"]["Service"]
     assert repack["Type"] == "oneshot" and "repack --apply" in repack["ExecStart"]
     assert units["clavis-repack.timer"]["Timer"]["OnUnitActiveSec"] == "60s"
+
+
+def test_ingest_benchmark_section_renders_its_results_only() -> None:
+    """The generated docs/benchmarks.md section: figures and the machine, no stray text."""
+    sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "bench" / "ingest")]
+    try:
+        ingest_bench = importlib.import_module("ingest_bench")
+    finally:
+        del sys.path[:2]
+    # Keys added to the results later default to a value, so an older file renders too.
+    r = {"client_lag_p99_ms": 0.0, "load_average_after": 0.0,
+         **json.loads((ROOT / "bench" / "results" / "ingest.json").read_text())}  # fmt: skip
+    text = ingest_bench.section(r)
+    machine = next(line for line in text.splitlines() if line.startswith("Machine: "))
+    assert machine.endswith("`.") and "type: ignore" not in text and "#" not in machine
+    assert f"| {r['sent']} | {r['accepted']} | {r['stored_reports']} | {r['lost']} |" in text
