@@ -72,6 +72,10 @@ class ProcessIngestor:
         # wake the sender per report, only when it is idle (the Event).
         self._items: deque[_Item] = deque()
         self._wake = threading.Event()
+        # One batch in flight: while the child writes one, the next one grows, so batches
+        # (and transactions) get larger exactly when the writer is the bottleneck.
+        self._idle = threading.Event()
+        self._idle.set()
         self._waiting: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future[bool]]] = {}
         self._lock = threading.Lock()
         self._next = 0
@@ -129,8 +133,12 @@ class ProcessIngestor:
 
     def _send(self) -> None:
         while not self._stop.is_set() or self._items:
+            while not self._idle.wait(0.2):
+                if not self._proc.is_alive():
+                    break
             batch = self._take()
             if batch:
+                self._idle.clear()
                 try:
                     self._conn.send_bytes(pickle.dumps(batch))
                 except OSError:
@@ -144,6 +152,8 @@ class ProcessIngestor:
             except (EOFError, OSError):
                 break
             self._settle(pickle.loads(data))
+            self._idle.set()
+        self._idle.set()
         with self._lock:  # the writer is gone: nothing pending will be stored
             left = [(key, False) for key in self._waiting]
         self._settle(left)
