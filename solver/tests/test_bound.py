@@ -77,7 +77,7 @@ def test_rack_model_round_trip_keeps_every_objective() -> None:
     assert pb is not None and rackmodel.applicable(inst)
     for a in (corerr(inst), noderr(inst)):
         assert a is not None
-        counts = rackmodel.hint_counts(pb, inst, a)
+        counts = rackmodel.hint_counts(pb, a)
         back = rack.decode(pb, inst, rackmodel.per_rack_uses(pb, counts))
         assert back is not None and violations(inst, back) == []
         # Identical racks may be permuted, so P, D and C are kept, not the host names.

@@ -507,20 +507,29 @@ def integer_schedule(
     return _decode(pb, inst, cols, [round(v) for v in res.x[:nc]])
 
 
-def seed_columns(pb: RackProblem, inst: Instance, assignment: Assignment) -> list[Column]:
-    """The rack configurations a placement uses."""
+def rack_uses(pb: RackProblem, assignment: Assignment) -> list[Counter[tuple[int, int]]]:
+    """A placement as, per rack, (class, pattern) -> hosts running that pattern
+    (the inverse of ``decode``)."""
     group_of = {m: gi for gi, g in enumerate(pb.groups) for m in g.members}
     on_host: dict[int, list[int]] = defaultdict(lambda: [0] * len(pb.groups))
     for c, h in enumerate(assignment):
         on_host[h][group_of[c]] += 1
     index = [{p.counts: pi for pi, p in enumerate(pats)} for pats in pb.patterns]
-    type_of = {r: rt for rt, racks in enumerate(pb.racks_of_type) for r in racks}
-    out: dict[tuple[int, tuple[tuple[int, int, int], ...]], Column] = {}
-    for r, hosts in enumerate(pb.rack_hosts):
+    out = []
+    for hosts in pb.rack_hosts:
         used: Counter[tuple[int, int]] = Counter()
         for ci, members in hosts.items():
             for h in members:
                 used[ci, index[ci][tuple(on_host[h])]] += 1
+        out.append(used)
+    return out
+
+
+def seed_columns(pb: RackProblem, assignment: Assignment) -> list[Column]:
+    """The rack configurations a placement uses."""
+    type_of = {r: rt for rt, racks in enumerate(pb.racks_of_type) for r in racks}
+    out: dict[tuple[int, tuple[tuple[int, int, int], ...]], Column] = {}
+    for r, used in enumerate(rack_uses(pb, assignment)):
         uses = tuple(sorted((ci, pi, n) for (ci, pi), n in used.items()))
         counts = [0] * len(pb.groups)
         for ci, pi, n in uses:
@@ -609,7 +618,7 @@ def rack_bound(
     deadline = start + 0.75 * time_limit  # the rest for the integer schedule
     # The incumbent's own racks start the pool: the first master is then feasible and
     # its duals mean something.
-    pool: list[Column] = seed_columns(pb, inst, seed) if seed is not None else []
+    pool: list[Column] = seed_columns(pb, seed) if seed is not None else []
     seq = itertools.count()
     b, used = _node_bound(pb, pool, frozenset(), frozenset(), deadline)
     heap = [_Node(b, next(seq), frozenset(), frozenset(), used)]

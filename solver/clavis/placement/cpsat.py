@@ -449,7 +449,7 @@ def _run_racks(
 ) -> _Outcome:
     model, v = rackmodel.build_rack_model(racks)
     if hint is not None:
-        counts = rackmodel.hint_counts(racks, inst, hint)
+        counts = rackmodel.hint_counts(racks, hint)
         for key, x in v.x.items():
             model.add_hint(x, counts.get(key, 0))
         complete_hint(model, v.x.values(), max(0.01, budget / 4))

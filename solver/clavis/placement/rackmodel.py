@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from ortools.sat.python import cp_model
 
 from clavis.instance import Assignment, Instance
-from clavis.placement.bound import RackProblem, host_cost, max_pairs
+from clavis.placement.bound import RackProblem, host_cost, max_pairs, rack_uses
 
 
 @dataclass
@@ -116,22 +116,9 @@ def _order_identical_racks(model: cp_model.CpModel, pb: RackProblem, v: RackVars
             model.add(v.n[big, r1] >= v.n[big, r2])
 
 
-def hint_counts(
-    pb: RackProblem, inst: Instance, assignment: Assignment
-) -> dict[tuple[int, int, int], int]:
+def hint_counts(pb: RackProblem, assignment: Assignment) -> dict[tuple[int, int, int], int]:
     """A placement as (rack, class, pattern) -> hosts, racks ordered as the model wants."""
-    group_of = {m: gi for gi, g in enumerate(pb.groups) for m in g.members}
-    on_host: dict[int, list[int]] = defaultdict(lambda: [0] * len(pb.groups))
-    for c, h in enumerate(assignment):
-        on_host[h][group_of[c]] += 1
-    index = [{p.counts: pi for pi, p in enumerate(pats)} for pats in pb.patterns]
-    per_rack: list[dict[tuple[int, int], int]] = []
-    for hosts in pb.rack_hosts:
-        used: dict[tuple[int, int], int] = defaultdict(int)
-        for ci, members in hosts.items():
-            for h in members:
-                used[ci, index[ci][tuple(on_host[h])]] += 1
-        per_rack.append(used)
+    per_rack = rack_uses(pb, assignment)
     big = _largest_group(pb)
 
     def key(r: int) -> int:
