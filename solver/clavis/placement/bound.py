@@ -606,7 +606,6 @@ def rack_bound(
     incumbent: float,
     time_limit: float,
     seed: Assignment | None = None,
-    pool: list[Column] | None = None,
 ) -> BoundResult:
     """A lower bound on F over every placement of ``inst`` (``pb = prepare(...)``), and a
     placement better than ``incumbent`` when the integer schedule finds one.
@@ -619,9 +618,7 @@ def rack_bound(
     deadline = start + 0.75 * time_limit  # the rest for the integer schedule
     # The incumbent's own racks start the pool: the first master is then feasible and
     # its duals mean something.
-    # A caller's pool carries the columns of an earlier call over (it is extended here).
-    pool = pool if pool is not None else []
-    pool.extend(seed_columns(pb, seed) if seed is not None else [])
+    pool: list[Column] = seed_columns(pb, seed) if seed is not None else []
     seq = itertools.count()
     b, used = _node_bound(pb, pool, frozenset(), frozenset(), deadline)
     heap = [_Node(b, next(seq), frozenset(), frozenset(), used)]
