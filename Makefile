@@ -7,15 +7,16 @@ STAMP := $(VENV)/.installed
 include deploy/testbed/testbed.mk
 
 .PHONY: demo test lint typecheck unit bench-solver bench-pareto bench-ingest schemas clean \
-	postgres-install
+	postgres-install monitor-install bench-monitor
 
-$(STAMP): solver/requirements.lock solver/pyproject.toml contracts/pyproject.toml \
+$(STAMP): solver/requirements.lock solver/pyproject.toml contracts/pyproject.toml monitor/pyproject.toml \
 	    deploy/bootstrap/python.sh
 	bash deploy/bootstrap/python.sh
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check --require-hashes -r solver/requirements.lock
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e contracts
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e solver
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e monitor
 	touch $@
 
 demo: $(STAMP)
@@ -30,12 +31,17 @@ lint: $(STAMP)
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy solver/clavis contracts/clavis_contracts bench/report.py bench/solver/solver_bench.py bench/pareto/pareto_bench.py \
-	    bench/ingest/ingest_bench.py
+	    bench/ingest/ingest_bench.py \
+	    monitor/clavis_monitor
 
-unit: $(STAMP) testbed-install postgres-install
+unit: $(STAMP) testbed-install postgres-install monitor-install
 	$(VENV)/bin/pytest -q
 
 test: lint typecheck unit
+
+# nftables and ipmitool for the monitor's tests (deploy/bootstrap/monitor.sh)
+monitor-install:
+	bash deploy/bootstrap/monitor.sh
 
 # PostgreSQL server binaries for the store tests (they start a private cluster)
 postgres-install:
@@ -49,6 +55,9 @@ bench-pareto: $(STAMP)
 
 bench-ingest: $(STAMP)
 	$(PY) bench/ingest/ingest_bench.py
+
+bench-monitor: $(STAMP) monitor-install
+	$(PY) bench/monitor/monitor_bench.py
 
 schemas: $(STAMP)
 	$(VENV)/bin/clavis schema --write docs/schema

@@ -1,0 +1,200 @@
+"""Which containers run on this host, their cgroups, and their CPU and memory use.
+
+Manual equivalent: ``lxc-ls -f -P LXCPATH`` and ``ls /sys/fs/cgroup/*/lxc.payload.*``.
+A container is found by its cgroup (a child of a configured prefix in any hierarchy,
+v1 or v2); its LXC config (under a configured lxcpath) adds its addresses. Reading a
+vanished container's files raises :class:`VanishedError`; the caller drops it from that
+sample and counts it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from clavis_monitor.config import ContainersConfig
+
+# v1 hierarchies the monitor reads, and the v2 mount (all controllers in one).
+V1_CONTROLLERS = ("cpuacct", "memory", "cpuset", "perf_event")
+UNLIMITED_BYTES = 2**60
+_JOB_DIR = re.compile(r"^job_(\d+)$")
+_NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+_IPV4 = re.compile(r"^lxc\.net\.\d+\.ipv4\.address\s*=\s*([0-9.]+)")
+
+
+class VanishedError(Exception):
+    """The container's cgroup disappeared while it was being read."""
+
+
+@dataclass(frozen=True)
+class Container:
+    name: str
+    source: Literal["lxc", "cgroup"]
+    cgroups: dict[str, Path] = field(hash=False)  # controller ("unified" for v2) -> dir
+    addresses: tuple[str, ...] = ()
+
+
+def _read(path: Path) -> str:
+    try:
+        with open(path, encoding="ascii") as fh:
+            return fh.read()
+    except (FileNotFoundError, ProcessLookupError, NotADirectoryError) as exc:
+        raise VanishedError(str(path)) from exc
+
+
+def cpuset_count(text: str) -> int:
+    """Number of CPUs in a cpuset list like ``0-3,8,10-11``."""
+    n = 0
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        lo, _, hi = part.partition("-")
+        n += int(hi or lo) - int(lo) + 1
+    return n
+
+
+def lxc_addresses(config_text: str) -> tuple[str, ...]:
+    """IPv4 addresses in an LXC config (``lxc.net.N.ipv4.address = A/len``)."""
+    found = []
+    for line in config_text.splitlines():
+        m = _IPV4.match(line.strip())
+        if m:
+            found.append(m.group(1))
+    return tuple(found)
+
+
+def _hierarchies(root: Path) -> dict[str, Path]:
+    found = {c: root / c for c in V1_CONTROLLERS if (root / c / "tasks").exists()}
+    for unified in (root / "unified", root):
+        if (unified / "cgroup.controllers").exists():
+            found["unified"] = unified
+            break
+    return found
+
+
+def _children(hier: Path, prefix: str) -> dict[str, Path]:
+    """Containers under one hierarchy: ``lxc.payload.`` style prefixes name siblings,
+    ``lxc/`` style prefixes (ending in /) name a parent directory."""
+    out: dict[str, Path] = {}
+    if prefix.endswith("/"):
+        parent = hier / prefix.rstrip("/")
+        if parent.is_dir():
+            for d in parent.iterdir():
+                if d.is_dir() and _NAME_OK.match(d.name):
+                    out[d.name] = d
+        return out
+    try:
+        entries = list(os.scandir(hier))
+    except FileNotFoundError:
+        return out
+    for e in entries:
+        if e.is_dir() and e.name.startswith(prefix):
+            name = e.name[len(prefix) :]
+            if _NAME_OK.match(name):
+                out[name] = Path(e.path)
+    return out
+
+
+def discover(cfg: ContainersConfig) -> list[Container]:
+    """The containers whose cgroups exist now, with their LXC addresses where known."""
+    cgroups: dict[str, dict[str, Path]] = {}
+    for controller, hier in _hierarchies(Path(cfg.cgroup_root)).items():
+        for prefix in cfg.scan_prefixes:
+            for name, path in _children(hier, prefix).items():
+                cgroups.setdefault(name, {})[controller] = path
+    result = []
+    for name in sorted(cgroups):
+        source: Literal["lxc", "cgroup"] = "cgroup"
+        addresses: tuple[str, ...] = ()
+        for lxc_path in cfg.lxc_paths:
+            conf = Path(lxc_path) / name / "config"
+            try:
+                addresses = lxc_addresses(conf.read_text(encoding="utf-8", errors="replace"))
+            except OSError:
+                continue
+            source = "lxc"
+            break
+        result.append(Container(name, source, cgroups[name], addresses))
+    return result
+
+
+def cpu_ns(c: Container) -> int:
+    """Cumulative CPU time of the container's tasks, in nanoseconds."""
+    if "cpuacct" in c.cgroups:
+        return int(_read(c.cgroups["cpuacct"] / "cpuacct.usage"))
+    if "unified" in c.cgroups:
+        for line in _read(c.cgroups["unified"] / "cpu.stat").splitlines():
+            key, _, value = line.partition(" ")
+            if key == "usage_usec":
+                return int(value) * 1000
+    raise VanishedError(f"{c.name}: no cpuacct or v2 cpu.stat")
+
+
+def cores(c: Container, host_cores: int) -> int:
+    for ctl, fname in (("cpuset", "cpuset.cpus"), ("unified", "cpuset.cpus.effective")):
+        if ctl in c.cgroups:
+            try:
+                n = cpuset_count(_read(c.cgroups[ctl] / fname))
+            except VanishedError:
+                if not c.cgroups[ctl].exists():
+                    raise
+                continue
+            if n > 0:
+                return n
+    return host_cores
+
+
+def memory_limit(c: Container, host_bytes: int) -> int:
+    """The container's memory limit (the host's memory when unlimited)."""
+    text = ""
+    if "memory" in c.cgroups:
+        text = _read(c.cgroups["memory"] / "memory.limit_in_bytes").strip()
+    elif "unified" in c.cgroups and (c.cgroups["unified"] / "memory.max").exists():
+        text = _read(c.cgroups["unified"] / "memory.max").strip()
+    if not text or text == "max" or int(text) >= UNLIMITED_BYTES:
+        return host_bytes
+    return min(int(text), host_bytes)
+
+
+def jobs_in(c: Container, max_depth: int = 5) -> list[int]:
+    """Slurm job ids whose cgroups (``job_N``, made by proctrack/task cgroup inside the
+    container) exist under the container's cgroup: the fallback when no SPANK
+    registration arrived."""
+    base = c.cgroups.get("cpuacct") or c.cgroups.get("unified") or next(iter(c.cgroups.values()))
+    jobs: set[int] = set()
+    stack = [(base, 0)]
+    while stack:
+        d, depth = stack.pop()
+        try:
+            entries = list(os.scandir(d))
+        except OSError:
+            continue
+        for e in entries:
+            if not e.is_dir(follow_symlinks=False):
+                continue
+            m = _JOB_DIR.match(e.name)
+            if m:
+                jobs.add(int(m.group(1)))
+            elif depth + 1 < max_depth:
+                stack.append((Path(e.path), depth + 1))
+    return sorted(jobs)
+
+
+def host_memory_bytes() -> int:
+    with open("/proc/meminfo", encoding="ascii") as fh:
+        for line in fh:
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("/proc/meminfo has no MemTotal")
+
+
+def host_cpu_ticks() -> tuple[int, int]:
+    """(busy, total) jiffies of the whole host from /proc/stat's first line."""
+    with open("/proc/stat", encoding="ascii") as fh:
+        parts = [int(x) for x in fh.readline().split()[1:]]
+    idle = parts[3] + (parts[4] if len(parts) > 4 else 0)
+    total = sum(parts[:8])
+    return total - idle, total

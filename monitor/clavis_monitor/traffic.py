@@ -1,0 +1,256 @@
+"""Slow-link traffic per container: nftables accounting in the monitor's own tables.
+
+Manual equivalent: ``nft list set bridge clavis_monitor pairs``.
+The monitor owns one table, ``bridge`` family, named ``traffic.table`` (default
+``clavis_monitor``): containers sit on the host's bridge, whose traffic iptables sees
+only through br_netfilter (and then twice over, in the bridge and in FORWARD). The table
+has a set ``pairs`` of (container address . peer address) with a counter per element,
+matched in two hooks: ``forward`` (frames bridged to a peer on the same bridge or out
+through an uplink port) and ``input`` (frames a container sends to the host's own MAC,
+i.e. traffic the host routes on). Each sent packet passes exactly one of them, so it is
+counted once. Nothing else is touched: installing replaces only this table
+(idempotent, one transaction), removing deletes only it. Peers and their link class come
+from the topology file.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tomllib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+LinkClass = Literal["same-host", "same-rack", "cross-rack"]
+FAMILIES = ("bridge",)
+Pair = tuple[str, str]
+
+
+class TrafficError(Exception):
+    """Accounting is not available; the message says why."""
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Hosts with their racks and containers with their host and addresses."""
+
+    racks: dict[str, str]  # host -> rack
+    hosts: dict[str, str]  # container -> host
+    addresses: dict[str, tuple[str, ...]]  # container -> IPv4 addresses
+
+    def classify(self, local_host: str, peer: str) -> LinkClass | None:
+        """Link class between this host and ``peer``'s host; None for an unknown peer."""
+        peer_host = self.hosts.get(peer)
+        if peer_host is None:
+            return None
+        if peer_host == local_host:
+            return "same-host"
+        if self.racks.get(peer_host) is not None and self.racks.get(peer_host) == self.racks.get(
+            local_host
+        ):
+            return "same-rack"
+        return "cross-rack"
+
+    def owner(self) -> dict[str, str]:
+        """Address -> container."""
+        return {a: c for c, addrs in self.addresses.items() for a in addrs}
+
+
+def parse_topology(text: str) -> Topology:
+    """A topology file::
+
+    [[hosts]]
+    name = "h1"
+    rack = "r1"
+    [[containers]]
+    name = "n1"
+    host = "h1"
+    addresses = ["10.0.0.11"]
+    """
+    doc = tomllib.loads(text)
+    problems: list[str] = []
+    racks: dict[str, str] = {}
+    for i, h in enumerate(doc.get("hosts", [])):
+        if not isinstance(h.get("name"), str) or not isinstance(h.get("rack"), str):
+            problems.append(f"hosts[{i}]: needs string name and rack")
+            continue
+        racks[h["name"]] = h["rack"]
+    hosts: dict[str, str] = {}
+    addresses: dict[str, tuple[str, ...]] = {}
+    for i, c in enumerate(doc.get("containers", [])):
+        name, host, addrs = c.get("name"), c.get("host"), c.get("addresses", [])
+        if not isinstance(name, str) or not isinstance(host, str):
+            problems.append(f"containers[{i}]: needs string name and host")
+            continue
+        if host not in racks:
+            problems.append(f"containers[{i}] ({name}): host {host!r} is not in [[hosts]]")
+        if not isinstance(addrs, list) or not all(_ipv4(a) for a in addrs):
+            problems.append(f"containers[{i}] ({name}): addresses must be IPv4 strings")
+            continue
+        hosts[name] = host
+        addresses[name] = tuple(addrs)
+    owners: dict[str, str] = {}
+    for c, addrs in addresses.items():
+        for a in addrs:
+            if a in owners:
+                problems.append(f"address {a} belongs to both {owners[a]} and {c}")
+            owners[a] = c
+    if problems:
+        raise ValueError("topology: " + "; ".join(problems))
+    return Topology(racks, hosts, addresses)
+
+
+def _ipv4(a: object) -> bool:
+    if not isinstance(a, str):
+        return False
+    parts = a.split(".")
+    return len(parts) == 4 and all(p.isdigit() and int(p) <= 255 for p in parts)
+
+
+def pairs_for(local: Mapping[str, Sequence[str]], topo: Topology) -> set[Pair]:
+    """(local address, peer address) for every local container and every other known
+    container: what the accounting sets must hold."""
+    out: set[Pair] = set()
+    for name, addrs in local.items():
+        for peer, peer_addrs in topo.addresses.items():
+            if peer == name:
+                continue
+            out.update((a, b) for a in addrs for b in peer_addrs)
+    return out
+
+
+def parse_set_counters(doc: dict[str, object]) -> dict[Pair, int]:
+    """Bytes per (src, dst) element from ``nft -j list set ...`` output."""
+    out: dict[Pair, int] = {}
+    items = doc.get("nftables", [])
+    assert isinstance(items, list)
+    for item in items:
+        s = item.get("set") if isinstance(item, dict) else None
+        if not isinstance(s, dict):
+            continue
+        for e in s.get("elem", []):
+            elem = e.get("elem", {})
+            concat = elem.get("val", {}).get("concat")
+            counter = elem.get("counter") or {}
+            if isinstance(concat, list) and len(concat) == 2:
+                out[(str(concat[0]), str(concat[1]))] = int(counter.get("bytes", 0))
+    return out
+
+
+def _elements(pairs: Iterable[Pair]) -> str:
+    return ", ".join(f"{a} . {b}" for a, b in sorted(pairs))
+
+
+class NftAccounting:
+    """The monitor's nftables table; ``nft`` is the argv prefix (e.g. with nsenter)."""
+
+    def __init__(self, nft: Sequence[str], table: str, timeout_s: float = 5.0) -> None:
+        self.nft, self.table, self.timeout_s = list(nft), table, timeout_s
+        self.installed: set[Pair] = set()
+
+    def _run(self, args: list[str], script: str | None = None) -> str:
+        argv = [*self.nft, *args]
+        try:
+            cp = subprocess.run(
+                argv,
+                input=script,
+                capture_output=True,
+                text=True,
+                timeout=self.timeout_s,
+                check=False,
+            )
+        except FileNotFoundError as exc:
+            raise TrafficError(f"{argv[0]} not found: install nftables") from exc
+        except subprocess.TimeoutExpired as exc:
+            raise TrafficError(f"{' '.join(argv[:3])} timed out after {self.timeout_s} s") from exc
+        if cp.returncode != 0:
+            raise TrafficError(f"nft {' '.join(args)} failed: {cp.stderr.strip()[:300]}")
+        return cp.stdout
+
+    def install(self, pairs: set[Pair]) -> None:
+        """(Re)create the table with exactly ``pairs``, atomically (one transaction)."""
+        lines = []
+        for fam in FAMILIES:
+            elements = f" elements = {{ {_elements(pairs)} }};" if pairs else ""
+            lines += [
+                f"add table {fam} {self.table}",
+                f"delete table {fam} {self.table}",
+                f"table {fam} {self.table} {{",
+                f"  set pairs {{ type ipv4_addr . ipv4_addr; counter;{elements} }}",
+                "  chain forward { type filter hook forward priority 0; policy accept; "
+                "ip saddr . ip daddr @pairs; }",
+                "  chain input { type filter hook input priority 0; policy accept; "
+                "ip saddr . ip daddr @pairs; }",
+                "}",
+            ]
+        self._run(["-f", "-"], "\n".join(lines) + "\n")
+        self.installed = set(pairs)
+
+    def update(self, pairs: set[Pair]) -> None:
+        """Add and remove set elements so the sets hold ``pairs``; counters of the pairs
+        that stay keep counting."""
+        add, drop = pairs - self.installed, self.installed - pairs
+        if not add and not drop:
+            return
+        lines = []
+        for fam in FAMILIES:
+            if drop:
+                lines.append(f"delete element {fam} {self.table} pairs {{ {_elements(drop)} }}")
+            if add:
+                lines.append(f"add element {fam} {self.table} pairs {{ {_elements(add)} }}")
+        self._run(["-f", "-"], "\n".join(lines) + "\n")
+        self.installed = set(pairs)
+
+    def read(self) -> dict[Pair, int]:
+        """Bytes counted per pair."""
+        total: dict[Pair, int] = {}
+        for fam in FAMILIES:
+            out = self._run(["-j", "list", "set", fam, self.table, "pairs"])
+            for pair, b in parse_set_counters(json.loads(out)).items():
+                total[pair] = total.get(pair, 0) + b
+        return total
+
+    def remove(self) -> None:
+        """Delete the monitor's table (and nothing else); an absent table is fine."""
+        script = "".join(
+            f"add table {fam} {self.table}\ndelete table {fam} {self.table}\n" for fam in FAMILIES
+        )
+        self._run(["-f", "-"], script)
+        self.installed = set()
+
+
+@dataclass(frozen=True)
+class PeerRate:
+    peer: str
+    bytes_per_s: float
+    link: LinkClass
+
+
+def rates(
+    before: dict[Pair, int],
+    after: dict[Pair, int],
+    dt: float,
+    *,
+    local: Mapping[str, Sequence[str]],
+    topo: Topology,
+    host: str,
+) -> dict[str, list[PeerRate]]:
+    """Per local container, bytes per second sent to each peer over ``dt`` seconds. A
+    counter that went down was re-created: its whole value is the delta."""
+    owner = topo.owner()
+    mine = {a: c for c, addrs in local.items() for a in addrs}
+    sums: dict[tuple[str, str], int] = {}
+    for pair, b in after.items():
+        src, peer = mine.get(pair[0]), owner.get(pair[1])
+        if src is None or peer is None or peer == src:
+            continue
+        prev = before.get(pair, 0)
+        delta = b - prev if b >= prev else b
+        sums[(src, peer)] = sums.get((src, peer), 0) + delta
+    out: dict[str, list[PeerRate]] = {}
+    for (src, peer), d in sorted(sums.items()):
+        link = topo.classify(host, peer)
+        if d > 0 and link is not None:
+            out.setdefault(src, []).append(PeerRate(peer, d / dt, link))
+    return out
