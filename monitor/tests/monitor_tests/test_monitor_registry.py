@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import stat
 import subprocess
-import shutil
 import tempfile
 import time
 from collections.abc import Iterator
