@@ -48,7 +48,7 @@ from clavis_monitor.traffic import (
     PeerRate,
     Topology,
     TrafficError,
-    pairs_for,
+    addresses_for,
     parse_topology,
     rates,
 )
@@ -211,17 +211,17 @@ class Agent:
             topo = self._load_topology()
             assert topo is not None
             local = {c.name: c.addresses or topo.addresses.get(c.name, ()) for c in self.containers}
-            pairs = pairs_for(local, topo)
-            if self._traffic_last is None and not self.nft.installed:
-                self.nft.install(pairs)
+            mine, peers = addresses_for(local, topo)
+            if not self.nft.ready:
+                self.nft.install(mine, peers)
             else:
-                self.nft.update(pairs)
+                self.nft.update(mine, peers)
             now = time.monotonic()
             counts = self.nft.read()
         except (TrafficError, ValueError) as exc:
             self.traffic_state = f"unavailable: {exc}"
             self._traffic_last = None
-            self.nft.installed = set()
+            self.nft.ready = False
             return
         self.traffic_state = "ok"
         if self._traffic_last is not None:

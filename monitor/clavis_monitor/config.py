@@ -57,6 +57,7 @@ class ContainersConfig:
     # Parent cgroups (relative to each hierarchy) whose children are containers, for the
     # scan fallback: LXC 4+/5 names them lxc.payload.NAME at the hierarchy's top.
     scan_prefixes: tuple[str, ...] = ("lxc.payload.", "lxc/")
+    include: tuple[str, ...] = ("*",)  # shell patterns of container names to monitor
     rescan_s: float = 10.0
 
 

@@ -9,6 +9,7 @@ sample and counts it.
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 from dataclasses import dataclass, field
@@ -107,6 +108,8 @@ def discover(cfg: ContainersConfig) -> list[Container]:
                 cgroups.setdefault(name, {})[controller] = path
     result = []
     for name in sorted(cgroups):
+        if not any(fnmatch.fnmatchcase(name, pat) for pat in cfg.include):
+            continue
         source: Literal["lxc", "cgroup"] = "cgroup"
         addresses: tuple[str, ...] = ()
         for lxc_path in cfg.lxc_paths:

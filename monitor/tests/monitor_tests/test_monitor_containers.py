@@ -1,0 +1,84 @@
+"""Container discovery from real cgroups, their CPU use, the job fallback from Slurm's
+cgroups, and a container vanishing mid-sample."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from clavis_monitor import containers as cg
+from clavis_monitor.agent import Agent
+from clavis_monitor.config import parse
+
+from .cgroups import CgroupSet
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (cgroups)")
+
+
+def test_parsers() -> None:
+    assert cg.cpuset_count("0-3,8,10-11\n") == 7
+    assert cg.cpuset_count("") == 0
+    conf = "lxc.net.0.type = veth\nlxc.net.0.ipv4.address = 10.0.0.5/24\n"
+    assert cg.lxc_addresses(conf) == ("10.0.0.5",)
+
+
+@pytest.fixture
+def cs() -> Iterator[CgroupSet]:
+    s = CgroupSet(["busy", "quiet", "gone"]).create()
+    try:
+        yield s
+    finally:
+        s.remove()
+
+
+def _agent(cs: CgroupSet, tmp: Path) -> Agent:
+    lxc = tmp / "lxc" / "busy"
+    lxc.mkdir(parents=True)
+    (lxc / "config").write_text("lxc.net.0.ipv4.address = 10.9.9.9/24\n")
+    cfg = parse({
+        "host": "h1",
+        "containers": {"scan_prefixes": [cs.prefix], "lxc_paths": [str(tmp / "lxc")],
+                       "include": ["busy", "quiet", "gone"]},
+        "traffic": {"backend": "none"},
+        "power": {"methods": ["rapl"], "rapl_root": str(tmp / "none")},
+    })  # fmt: skip
+    return Agent(cfg, None)
+
+
+def test_cpu_use_jobs_and_a_vanishing_container(cs: CgroupSet, tmp_path: Path) -> None:
+    burner = subprocess.Popen(["sh", "-c", "while :; do :; done"])
+    try:
+        cs.enter(burner.pid, "busy")
+        (cs.path("cpuacct", "quiet") / "slurm").mkdir()
+        (cs.path("cpuacct", "quiet") / "slurm" / "job_77").mkdir()
+        agent = _agent(cs, tmp_path)
+        agent.sample_cpu()
+        found = {c.name: c for c in agent.containers}
+        assert set(found) == {"busy", "quiet", "gone"}
+        assert (found["busy"].source, found["busy"].addresses) == ("lxc", ("10.9.9.9",))
+        assert found["quiet"].source == "cgroup"
+        time.sleep(1.0)
+        cs.remove_one("gone")  # vanishes between discovery and the next sample
+        agent.sample_cpu()
+        report = agent.build_report()
+    finally:
+        burner.kill()
+        burner.wait(timeout=10)
+        for d in (
+            cs.path("cpuacct", "quiet") / "slurm" / "job_77",
+            cs.path("cpuacct", "quiet") / "slurm",
+        ):
+            d.rmdir()
+    got = {c.name: c for c in report.containers}
+    assert set(got) == {"busy", "quiet"}
+    assert got["busy"].busy_cores > 0.5  # a spinning shell: most of a core
+    assert got["quiet"].busy_cores < 0.05
+    assert got["quiet"].job == "77"  # from Slurm's cgroup, no registration
+    assert got["busy"].job is None
+    assert agent.vanished == 1
+    assert all(c.intensity_source == "unsupported" for c in report.containers)

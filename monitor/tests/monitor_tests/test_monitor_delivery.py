@@ -1,0 +1,106 @@
+"""Delivery to a real clavisd: signed reports stored; clavisd down for minutes loses
+nothing up to the spool limit; beyond it the oldest are dropped and counted."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from clavis_monitor.agent import Agent
+from clavis_monitor.config import parse
+from clavis_monitor.sender import Sender, Spool
+
+from .cgroups import CgroupSet
+from .clavisd import SECRET, Clavisd
+
+OUTAGE_S = float(os.environ.get("CLAVIS_MONITOR_OUTAGE_S", "130"))
+
+
+def wait_for(cond: Callable[[], bool], limit_s: float, what: str) -> None:
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {limit_s} s waiting for {what}")
+
+
+@pytest.fixture
+def cgroups() -> Iterator[CgroupSet]:
+    if os.geteuid() != 0:
+        pytest.skip("needs root (cgroups)")
+    cs = CgroupSet(["n1", "n2"]).create()
+    try:
+        yield cs
+    finally:
+        cs.remove()
+
+
+def _agent(tmp: Path, url: str, cs: CgroupSet, **spool: int) -> Agent:
+    cfg = parse({
+        "host": "h1", "interval_s": 0.25,
+        "clavisd": {"url": url, "timeout_s": 2.0, "backoff_min_s": 0.2, "backoff_max_s": 2.0},
+        "spool": {"dir": str(tmp / "spool"), **spool},
+        "containers": {"scan_prefixes": [cs.prefix], "lxc_paths": []},
+        "traffic": {"backend": "none"},
+        "power": {"methods": ["rapl"], "rapl_root": str(tmp / "no-rapl"), "every_s": 1.0},
+    })  # fmt: skip
+    sender = Sender(cfg.clavisd, Spool(cfg.spool), SECRET)
+    return Agent(cfg, sender)
+
+
+@pytest.mark.slow
+def test_clavisd_down_for_minutes_loses_nothing(tmp_path: Path, cgroups: CgroupSet) -> None:
+    d = Clavisd(tmp_path)
+    d.start()
+    agent = _agent(tmp_path, d.url, cgroups)
+    assert agent.sender is not None
+    sender = agent.sender
+    try:
+        agent.start()
+        wait_for(lambda: sender.stats.sent >= 4, 30, "reports stored")
+        d.stop()
+        down = time.monotonic()
+        wait_for(lambda: len(sender.spool) >= 4, 30, "reports spooled while clavisd is down")
+        while time.monotonic() - down < OUTAGE_S:  # the agent keeps sampling meanwhile
+            time.sleep(1)
+        assert sender.stats.failures >= 1 and "unreachable" in sender.stats.last_error
+        spooled = len(sender.spool)
+        assert spooled >= OUTAGE_S / 0.25 * 0.5, spooled
+        d.start()
+        wait_for(lambda: len(sender.spool) == 0, 120, "the spool to drain")
+    finally:
+        agent.stop()
+        d.stop()
+    assert sender.spool.dropped == 0 and sender.stats.rejected == 0
+    # every report built was stored once, the spooled ones in order (409 would refuse)
+    assert sender.stats.sent == agent.reports
+    assert d.stored_reports("h1") == agent.reports
+    reports = {c.name for c in agent.last_report.containers}
+    assert {"n1", "n2"} <= reports
+
+
+def test_beyond_the_spool_limit_the_oldest_are_dropped_and_counted(
+    tmp_path: Path, cgroups: CgroupSet
+) -> None:
+    agent = _agent(tmp_path, "http://127.0.0.1:9", cgroups, max_reports=5)  # nothing listens
+    assert agent.sender is not None
+    agent.sample_cpu()
+    for _ in range(12):
+        agent.report_once()
+    spool = agent.sender.spool
+    assert len(spool) == 5 and spool.dropped == 7
+    names = sorted(p.name for p in (tmp_path / "spool").glob("*.json"))
+    assert names == [f"{i:016d}.json" for i in range(8, 13)]  # the newest five
+    doc = json.loads((tmp_path / "spool" / names[0]).read_text())
+    assert doc["kind"] == "clavis.report" and doc["host"] == "h1"
+    # a restarted agent finds the spool as it was
+    again = Spool(agent.cfg.spool)
+    assert len(again) == 5
+    text = "".join(f"{m.name}{dict(lab)} {v}\n" for m in agent.metrics() for lab, v in m.samples)
+    assert "clavis_monitor_reports_dropped_total{'reason': 'spool-full'} 7.0" in text

@@ -1,0 +1,107 @@
+"""Power against a real ipmi_sim BMC on loopback: DCMI, the SDR Watts sensor, the
+reading following the simulated watts, and a BMC that goes down."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from clavis_monitor.agent import Agent
+from clavis_monitor.config import parse
+from clavis_monitor.power import PowerReader, parse_dcmi, parse_sdr_watts
+
+from .bmc import Bmc
+
+needs_sim = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("ipmi_sim") is None or shutil.which("ipmitool") is None,
+    reason="needs root, ipmi_sim and ipmitool (make testbed-install)",
+)
+
+
+def test_parsers_on_captured_output() -> None:
+    dcmi = (
+        "\n    Instantaneous power reading:                   212 Watts\n"
+        "    Minimum during sampling period:                  0 Watts\n"
+    )
+    assert parse_dcmi(dcmi) == 212.0
+    sdr = "Host Power       | 150 Watts         | ok\nFan 1        | 3000 RPM  | ok\n"
+    assert parse_sdr_watts(sdr, "") == 150.0
+    assert parse_sdr_watts(sdr, "Host Power") == 150.0
+    with pytest.raises(Exception, match="sensor 'PSU'"):
+        parse_sdr_watts(sdr, "PSU")
+
+
+@pytest.fixture
+def bmc(tmp_path: Path) -> Iterator[Bmc]:
+    b = Bmc(tmp_path / "bmc")
+    b.start(watts=150)
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+def _cfg(bmc: Bmc, tmp_path: Path, methods: list[str]) -> dict[str, object]:
+    return {
+        "host": "h1",
+        "traffic": {"backend": "none"},
+        "containers": {"scan_prefixes": ["cmt-none."], "lxc_paths": []},
+        "power": {"methods": methods, "bmc_host": "127.0.0.1", "bmc_port": bmc.port,
+                  "bmc_password_file": str(bmc.password_file), "timeout_s": 4.0,
+                  "rapl_root": str(tmp_path / "no-rapl")},
+    }  # fmt: skip
+
+
+@needs_sim
+def test_dcmi_reading_follows_the_simulated_watts(bmc: Bmc, tmp_path: Path) -> None:
+    agent = Agent(parse(_cfg(bmc, tmp_path, ["ipmi-dcmi", "ipmi-sensor", "rapl"])), None)
+    agent.sample_cpu()
+    agent.sample_power()
+    report = agent.build_report()
+    assert (report.power.source, report.power.watts) == ("ipmi-dcmi", 150.0)
+    bmc.set_watts(236)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        agent.sample_power()
+        if agent.build_report().power.watts == 236.0:
+            break
+        time.sleep(0.5)
+    assert agent.build_report().power.watts == 236.0
+    assert agent.power.states["ipmi-dcmi"] == "ok"
+
+
+@needs_sim
+def test_sdr_watts_sensor_when_dcmi_is_not_asked(bmc: Bmc, tmp_path: Path) -> None:
+    reader = PowerReader(parse(_cfg(bmc, tmp_path, ["ipmi-sensor"])).power)
+    bmc.set_watts(180)
+    deadline = time.monotonic() + 10
+    reading = reader.read()
+    while reading.watts != 180.0 and time.monotonic() < deadline:
+        time.sleep(0.5)
+        reading = reader.read()
+    assert (reading.source, reading.watts) == ("ipmi-sensor", 180.0)  # M=2: even watts exact
+
+
+@needs_sim
+def test_bmc_down_is_a_clear_state_and_the_agent_keeps_reporting(bmc: Bmc, tmp_path: Path) -> None:
+    agent = Agent(parse(_cfg(bmc, tmp_path, ["ipmi-dcmi", "ipmi-sensor", "rapl"])), None)
+    agent.sample_cpu()
+    bmc.stop()
+    t0 = time.monotonic()
+    agent.sample_power()
+    assert time.monotonic() - t0 < 2 * 4.0 + 2  # bounded by the timeouts
+    report = agent.build_report()
+    assert (report.power.source, report.power.watts) == ("none", None)
+    states = agent.power.states
+    assert states["ipmi-dcmi"] != "ok" and "ipmitool dcmi power reading" in states["ipmi-dcmi"]
+    assert "no RAPL package domains" in states["rapl"]
+    text = "".join(
+        f"{labels}\n" for m in agent.metrics() if m.name.endswith("sampler_state")
+        for labels, _ in m.samples
+    )  # fmt: skip
+    assert "power:ipmi-dcmi" in text
