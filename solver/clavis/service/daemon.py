@@ -27,6 +27,7 @@ from clavis.service.agents import MigratorClient
 from clavis.service.api import plan_out, serve
 from clavis.service.auth import AgentAuth, SecretFileError, hash_password, load_secret
 from clavis.service.config import DEFAULT_PATH, Config, ConfigError, load_config
+from clavis.service.gcpolicy import long_lived_heap
 from clavis.service.ingest import Ingestor
 from clavis.service.power import FitError, fit
 from clavis.service.repack import Executor, decide
@@ -231,6 +232,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # ingest throughput (docs/benchmarks.md, ingest).
     sys.setswitchinterval(0.0005)
     d.start()
+    long_lived_heap()
     try:
         uvicorn.run(serve(d), host=d.config.server.listen, port=d.config.server.port,
                     log_level=args.log_level, access_log=False, proxy_headers=False)  # fmt: skip

@@ -25,6 +25,7 @@ from typing import Any
 from pydantic_core import from_json
 
 from clavis.service.config import ClassifyConfig
+from clavis.service.gcpolicy import long_lived_heap
 from clavis.service.ingest import Accepted, Ingestor, Outcome, settle
 from clavis.service.store import Store
 from clavis_contracts import MonitorReport
@@ -41,6 +42,7 @@ _Item = tuple[int, bytes, float, tuple[int, str] | None]
 def _child(conn: Connection, url: str, cfg: dict[str, Any]) -> None:
     store = Store(url)
     ingestor = Ingestor(store, ClassifyConfig.model_validate(cfg), 1, 0.0)
+    long_lived_heap()
     conn.send_bytes(b"ready")
     while True:
         try:
