@@ -244,14 +244,8 @@ def pct(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(q * len(s)))] if s else float("nan")
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--hosts", type=int, default=1000)
-    p.add_argument("--containers", type=int, default=8)
-    p.add_argument("--seconds", type=int, default=60)
-    p.add_argument("--writer", choices=["process", "thread"], default="process")
-    p.add_argument("--no-write", action="store_true", help="print only (for quick checks)")
-    args = p.parse_args()
+def run_once(args: argparse.Namespace) -> dict[str, Any]:
+    """One run against a fresh clavisd and store."""
     load_before = os.getloadavg()[0]  # other work on the machine skews every figure
     with tempfile.TemporaryDirectory(prefix="clavis-ingest-") as tmp:
         port = free_port()
@@ -304,10 +298,27 @@ def main() -> int:
         "server_cpu_ms_per_report": round(1000 * server_cpu / max(accepted, 1), 3),
         "load_average_before": load_before, "load_average_after": load_after,
         "errors": tally.errors,
-        "target_p99_ms": 100, "machine": machine(),
     }  # fmt: skip
-    result["pass"] = bool(result["lost"] == 0 and accepted == sent and result["p99_ms"] < 100)
-    print(json.dumps({k: v for k, v in result.items() if k != "machine"}))
+    print(json.dumps(result), flush=True)
+    return result
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--hosts", type=int, default=1000)
+    p.add_argument("--containers", type=int, default=8)
+    p.add_argument("--seconds", type=int, default=60)
+    p.add_argument("--repeat", type=int, default=3, help="runs; the median run is reported")
+    p.add_argument("--writer", choices=["process", "thread"], default="process")
+    p.add_argument("--no-write", action="store_true", help="print only (for quick checks)")
+    args = p.parse_args()
+    runs = [run_once(args) for _ in range(max(1, args.repeat))]
+    median = sorted(runs, key=lambda r: r["p99_ms"])[(len(runs) - 1) // 2]
+    complete = all(r["lost"] == 0 and r["accepted"] == r["sent"] for r in runs)
+    result = {**median, "repeat": len(runs), "runs": runs, "median_run": runs.index(median),
+              "target_p99_ms": 100, "machine": machine()}  # fmt: skip
+    result["pass"] = bool(complete and median["p99_ms"] < 100)
+    print(json.dumps({k: v for k, v in result.items() if k not in ("machine", "runs")}))
     if not args.no_write:
         write_json(ROOT / "bench" / "results" / "ingest.json", result)
         write_section(ROOT / "docs" / "benchmarks.md", "ingest-bench", section(result))
@@ -316,13 +327,9 @@ def main() -> int:
 
 def section(r: dict[str, Any]) -> str:
     verdict = "met" if r["pass"] else "NOT met"
-    client_ms = round(1000 * r["client_cpu_s"] / max(r["accepted"], 1), 3)
-    row = (
-        f"| {r['sent']} | {r['accepted']} | {r['stored_reports']} | {r['lost']} | "
-        f"{r['accepted_per_s']} | {r['p50_ms']} ms | {r['p99_ms']} ms | {r['max_ms']} ms | "
-        f"{r['server_cpu_ms_per_report']} ms | {client_ms} ms | {r['client_lag_p99_ms']} ms | "
-        f"p99 < {r['target_p99_ms']} ms: {verdict} |"
-    )
+    runs = r.get("runs") or [r]
+    mid = r.get("median_run", 0)
+    rows = "\n".join(_row(run, r, verdict if i == mid else "") for i, run in enumerate(runs))
     return f"""## Ingest (clavisd, `bench/ingest/ingest_bench.py`)
 
 {r["hosts"]} simulated hosts each send one signed report per second with
@@ -336,12 +343,15 @@ time (all threads, and its writer process) per accepted report. Load average (1 
 {r["load_average_before"]:.2f} before the run, {r.get("load_average_after", float("nan")):.2f} after
 (other work on the machine counts in it).
 
-{_HEADER}
-{row}
+{len(runs)} runs, each against a fresh clavisd and store, one after the other; the verdict
+is the run with the median p99 (marked), and needs every report of every run stored.
 
-p99 per 10 s of the run (ms): {", ".join(str(v) for v in r.get("p99_ms_per_10s", []))};
-{r.get("queued_behind_previous", 0)} reports were sent late because their host's previous
-report was still unanswered (the generator lag above excludes that wait: it is the
+{_HEADER}
+{rows}
+
+p99 per 10 s of the median run (ms): {", ".join(str(v) for v in r.get("p99_ms_per_10s", []))};
+{r.get("queued_behind_previous", 0)} of its reports were sent late because their host's
+previous report was still unanswered (the generator lag excludes that wait: it is the
 generator's own delay).
 {_shortfall(r)}
 {describe(r["machine"])} {_command(r)}
@@ -350,7 +360,7 @@ generator's own delay).
 
 _HEADER = (
     "| sent | accepted | stored | lost | accepted/s | p50 | p99 | max | server CPU/report "
-    "| client CPU/report | generator lag p99 | target |\n" + "|---" * 12 + "|"
+    "| client CPU/report | generator lag p99 | load before | target |\n" + "|---" * 13 + "|"
 )
 
 
@@ -358,6 +368,18 @@ def _command(r: dict[str, Any]) -> str:
     return (
         f"Command: `python bench/ingest/ingest_bench.py --hosts {r['hosts']} "
         f"--containers {r['containers_per_report']} --seconds {r['seconds']}`."
+    )
+
+
+def _row(run: dict[str, Any], r: dict[str, Any], verdict: str) -> str:
+    """One run; ``verdict`` is set on the median run only."""
+    client_ms = round(1000 * run["client_cpu_s"] / max(run["accepted"], 1), 3)
+    mark = f"median: p99 < {r['target_p99_ms']} ms {verdict}" if verdict else ""
+    return (
+        f"| {run['sent']} | {run['accepted']} | {run['stored_reports']} | {run['lost']} | "
+        f"{run['accepted_per_s']} | {run['p50_ms']} ms | {run['p99_ms']} ms | "
+        f"{run['max_ms']} ms | {run['server_cpu_ms_per_report']} ms | {client_ms} ms | "
+        f"{run['client_lag_p99_ms']} ms | {run['load_average_before']:.2f} | {mark} |"
     )
 
 
