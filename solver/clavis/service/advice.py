@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from clavis.documents import InputError, write_json_atomic
 from clavis.instance import build_instance
@@ -52,6 +52,12 @@ def build(snap: Snapshot, now: float, valid_s: float) -> AdviceFile:
 
 
 def publish(path: Path, advice: AdviceFile) -> None:
+    publish_document(path, advice.model_dump(mode="json"))
+
+
+def publish_document(path: Path, doc: dict[str, Any]) -> None:
+    """Write an AdviceFile already dumped to JSON data (clavisd re-issues one unchanged
+    but for its time)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     # Compact: rewritten every few seconds and read by a C plugin, not by people.
-    write_json_atomic(path, advice.model_dump(mode="json"), indent=None)
+    write_json_atomic(path, doc, indent=None)

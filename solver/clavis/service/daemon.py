@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import uvicorn
+from pydantic_core import to_jsonable_python
 
 from clavis.documents import InputError, load_cluster
 from clavis.model import WeightsFile
@@ -35,7 +36,6 @@ from clavis.service.schemas import PlanOut, RepackOut
 from clavis.service.store import Store, StoreError
 from clavis.service.tables import MIGRATIONS
 from clavis.service.writer import ProcessIngestor
-from clavis_contracts import AdviceFile
 
 log = logging.getLogger("clavisd")
 EXIT_BAD_CONFIG = 2
@@ -71,7 +71,8 @@ class Clavisd:
         self._stop = threading.Event()
         self._loop = threading.Thread(target=self._maintain, name="maintenance", daemon=True)
         self._repack_lock = threading.Lock()
-        self._advice: tuple[object, AdviceFile] | None = None  # (its inputs, the advice)
+        # The last advice built: its inputs and its JSON document (AdviceFile, validated).
+        self._advice: tuple[object, dict[str, Any]] | None = None
 
     # --- lifecycle --------------------------------------------------------------------
 
@@ -139,14 +140,11 @@ class Clavisd:
             (*row[:6], row[6] is not None and row[6] >= threshold)
             for row in self.store.placement_inputs()
         ))  # fmt: skip
-        if self._advice is not None and self._advice[0] == inputs:
-            doc = self._advice[1].model_copy(
-                update={"generated": dt.datetime.fromtimestamp(now, dt.UTC)}
-            )
-        else:
+        if self._advice is None or self._advice[0] != inputs:
             doc = advice.build(self.snapshot(now), now, cfg.advice.valid_s)
-            self._advice = (inputs, doc)
-        advice.publish(cfg.advice.path, doc)
+            self._advice = (inputs, doc.model_dump(mode="json"))
+        generated = to_jsonable_python(dt.datetime.fromtimestamp(now, dt.UTC))
+        advice.publish_document(cfg.advice.path, {**self._advice[1], "generated": generated})
 
     def weights(self) -> tuple[Weights, Literal["calibrated", "configured"]]:
         doc = self.store.current_weights()
