@@ -24,6 +24,7 @@ from clavis.documents import InputError, load_cluster
 from clavis.model import WeightsFile
 from clavis.objectives import Weights
 from clavis.service import advice, snapshot
+from clavis.service.advice_worker import AdviceWorker, build_document
 from clavis.service.agents import MigratorClient
 from clavis.service.api import plan_out, serve
 from clavis.service.auth import AgentAuth, SecretFileError, hash_password, load_secret
@@ -73,11 +74,20 @@ class Clavisd:
         self._repack_lock = threading.Lock()
         # The last advice built: its inputs and its JSON document (AdviceFile, validated).
         self._advice: tuple[object, dict[str, Any]] | None = None
+        # With the ingest writer in a process, full advice builds get one too (start()).
+        self._advice_worker: AdviceWorker | None = None
 
     # --- lifecycle --------------------------------------------------------------------
 
     def start(self) -> None:
         self.ingestor.start()
+        cfg = self.config
+        if cfg.ingest.writer == "process":
+            self._advice_worker = AdviceWorker(
+                cfg.store.url, cfg.cluster_file, cfg.ingest.max_report_age_s,
+                cfg.classify.devil_threshold_mpki, cfg.advice.valid_s,
+            )  # fmt: skip
+            self._advice_worker.start()
         resumed = self.executor.resume()
         if resumed:
             log.info("resumed plans %s", resumed)
@@ -89,6 +99,8 @@ class Clavisd:
         self.ingestor.stop()
         if self._loop.is_alive():
             self._loop.join(timeout=5)
+        if self._advice_worker is not None:
+            self._advice_worker.stop()
         self.store.close()
 
     def _maintain(self) -> None:
@@ -141,8 +153,14 @@ class Clavisd:
             for row in self.store.placement_inputs()
         ))  # fmt: skip
         if self._advice is None or self._advice[0] != inputs:
-            doc = advice.build(self.snapshot(now), now, cfg.advice.valid_s)
-            self._advice = (inputs, doc.model_dump(mode="json"))
+            if self._advice_worker is not None:
+                doc = self._advice_worker.build(now)
+            else:
+                doc = build_document(
+                    self.store, self.cluster, now,
+                    fresh_s=fresh_s, threshold_mpki=threshold, valid_s=cfg.advice.valid_s,
+                )  # fmt: skip
+            self._advice = (inputs, doc)
         generated = to_jsonable_python(dt.datetime.fromtimestamp(now, dt.UTC))
         advice.publish_document(cfg.advice.path, {**self._advice[1], "generated": generated})
 

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from .helpers import container, report, signed, write_setup
-from .process import Daemon, free_port
+from .process import Daemon, free_port, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -24,8 +24,9 @@ def test_requests_seen_before_a_restart_are_refused_after_it(
     tmp_path: Path, store_url: str
 ) -> None:
     port = free_port()
+    # (extra starts inside write_setup's [advice] table: advice every second)
     cfg = write_setup(tmp_path, port=port, store_url=store_url,
-                      extra="[repack]\ninterval_s = 0\n")  # fmt: skip
+                      extra="valid_s = 3\n[repack]\ninterval_s = 0\n")  # fmt: skip
     d = Daemon(cfg, port, tmp_path / "clavisd.log")
     d.start()
     # Signed by agents whose clocks run 10 s ahead (within the 30 s skew): refusing what
@@ -54,5 +55,19 @@ def test_requests_seen_before_a_restart_are_refused_after_it(
         r = _send(d, "/api/v1/reports", rep, signed("/api/v1/reports", rep))
         assert r.status_code == 202, r.text
         assert d.call("GET", "/api/v1/health")["reports_stored"] == 1
+        # The advice (built by clavisd's advice process, a second child) names n1 on h1.
+        spawned = [k for k in d.children()
+                   if b"spawn_main" in Path(f"/proc/{k}/cmdline").read_bytes()]  # fmt: skip
+        assert len(spawned) == 2, "clavisd runs an ingest writer and an advice process"
+        advice = tmp_path / "advice.json"
+
+        def advised() -> bool:
+            try:
+                nodes = json.loads(advice.read_text())["nodes"]
+            except (OSError, ValueError):
+                return False
+            return any(n["node"] == "n1" and n["host"] == "h1" for n in nodes)
+
+        wait_for(advised, 30, "the advice file to name n1 on h1")
     finally:
         d.stop()
