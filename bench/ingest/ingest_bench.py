@@ -339,7 +339,7 @@ machine: its requests are built and signed before the run, so during it it only 
 bytes to keep-alive connections and reads answers (client CPU below). Latency runs from a
 report's bytes written to its answer read, so it includes queueing when clavisd falls
 behind; "stored" is counted in the store afterwards. Server CPU is clavisd's user + system
-time (all threads, and its writer process) per accepted report. Load average (1 min):
+time (all threads, and its child processes) per accepted report. Load average (1 min):
 {r["load_average_before"]:.2f} before the run, {r.get("load_average_after", float("nan")):.2f} after
 (other work on the machine counts in it).
 
@@ -367,7 +367,8 @@ _HEADER = (
 def _command(r: dict[str, Any]) -> str:
     return (
         f"Command: `python bench/ingest/ingest_bench.py --hosts {r['hosts']} "
-        f"--containers {r['containers_per_report']} --seconds {r['seconds']}`."
+        f"--containers {r['containers_per_report']} --seconds {r['seconds']} "
+        f"--repeat {r.get('repeat', 1)}`."
     )
 
 
@@ -386,11 +387,10 @@ def _row(run: dict[str, Any], r: dict[str, Any], verdict: str) -> str:
 def _shortfall(r: dict[str, Any]) -> str:
     if r["pass"]:
         return (
-            f"\nclavisd used {r['server_cpu_s'] / r['wall_s']:.2f} cores on average (API and "
-            f"writer processes), the generator {r['client_cpu_s'] / r['wall_s']:.2f}: the "
-            "margin depends on the rest of the machine being mostly idle. Runs on this "
-            "machine while other work kept its load average at 2-4 missed the target "
-            "(p99 1.4-2 s: reports queued behind a busy API process).\n"
+            f"\nclavisd used {r['server_cpu_s'] / r['wall_s']:.2f} cores on average (API, "
+            f"writer and advice processes), the generator {r['client_cpu_s'] / r['wall_s']:.2f}; "
+            "other work on the machine adds queueing (each run's load average is in the "
+            "table), which is what moves p99 between runs.\n"
         )
     need = r["hosts"] / max(r["accepted_per_s"], 1e-9)
     cores = r["machine"].get("cores") or 2
