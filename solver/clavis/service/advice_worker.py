@@ -70,6 +70,9 @@ class AdviceWorker:
         if not self._conn.poll(60) or self._conn.recv_bytes() != b"ready":
             raise RuntimeError("the advice process did not start")
 
+    def alive(self) -> bool:
+        return self._proc.is_alive()
+
     def build(self, now: float, timeout_s: float = 120.0) -> dict[str, Any]:
         """Called by one thread at a time (clavisd's maintenance loop)."""
         self._conn.send_bytes(repr(now).encode())

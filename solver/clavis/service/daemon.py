@@ -153,8 +153,12 @@ class Clavisd:
             for row in self.store.placement_inputs()
         ))  # fmt: skip
         if self._advice is None or self._advice[0] != inputs:
-            if self._advice_worker is not None:
-                doc = self._advice_worker.build(now)
+            worker = self._advice_worker
+            if worker is not None and not worker.alive():
+                log.error("advice process is gone; building the advice in clavisd instead")
+                worker = self._advice_worker = None
+            if worker is not None:
+                doc = worker.build(now)
             else:
                 doc = build_document(
                     self.store, self.cluster, now,

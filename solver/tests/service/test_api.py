@@ -11,6 +11,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from clavis.service import tables as t
+from clavis.service.advice_worker import AdviceWorker
 from clavis.service.api import create_app, serve
 from clavis.service.config import load_config
 from clavis.service.daemon import Clavisd
@@ -269,3 +270,25 @@ def test_either_writer_stores_what_the_contract_validated(tmp_path: Path, writer
         (sample,) = conn.execute(select(t.container_samples).where(
             t.container_samples.c.container == "n1")).all()  # fmt: skip
     assert json.loads(sample.traffic) == {"n2": 5.0} and sample.intensity_source == "recorded"
+
+
+def test_advice_process_builds_it_and_clavisd_takes_over_when_it_is_gone(
+    client: TestClient, clavisd: Clavisd
+) -> None:
+    cfg = clavisd.config
+    worker = AdviceWorker(cfg.store.url, cfg.cluster_file, cfg.ingest.max_report_age_s,
+                          cfg.classify.devil_threshold_mpki, cfg.advice.valid_s)  # fmt: skip
+    worker.start()
+    clavisd._advice_worker = worker
+    _contended(client)
+    clavisd.publish_advice()
+    nodes = {n["node"]: n for n in json.loads(cfg.advice.path.read_text())["nodes"]}
+    assert nodes["a1"]["contention"] == "contended" and nodes["a1"]["node_class"] == "devil"
+    worker.stop()  # the process ends; the next rebuild happens in clavisd itself
+    assert not worker.alive()
+    for host, names in (("h1", ("b1",)), ("h3", ("a1",))):
+        cs = [container(n, job=n[0], mpki=20.0) for n in names]
+        assert post_report(client, report(host, cs, ts=time.time())).status_code == 202
+    clavisd.publish_advice()
+    nodes = {n["node"]: n for n in json.loads(cfg.advice.path.read_text())["nodes"]}
+    assert nodes["a1"]["host"] == "h3" and clavisd._advice_worker is None
