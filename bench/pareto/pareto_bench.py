@@ -176,7 +176,10 @@ def markdown(
         "",
         f"**Parapluie representative workload** (`examples/parapluie/representative.yaml`): "
         f"{a.evaluations} evaluations per run, population {a.population}, {a.seeds} seeds; "
-        "HV relative to the union of every front found.",
+        "HV relative to the union of every front found. The three genetic algorithms start "
+        "from the same seeded rows as `clavis pareto` (CoreRR, NodeRR, CP-SAT corners; made "
+        "once per seed and counted in neither evaluations nor seconds); random sampling draws "
+        "every evaluation at random.",
         "",
         "| algorithm | HV median | HV / union median | front size median | seconds median |",
         "|---|---|---|---|---|",

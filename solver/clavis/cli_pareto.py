@@ -153,6 +153,16 @@ def _outcome_doc(name: str, o: Outcome | str, objectives: Sequence[str]) -> Cali
     )
 
 
+def _print_outcomes(outcomes: Sequence[CalibrationOutcome]) -> None:
+    print("method   " + "  ".join(f"{n:>7}" for n in "PDCM") + "   residual   regret")
+    for o in outcomes:
+        if o.weights is None:
+            print(f"{o.method:8s} failed: {o.error}")
+            continue
+        w = "  ".join(f"{getattr(o.weights, n):7.4f}" for n in "PDCM")
+        print(f"{o.method:8s} {w}   {o.residual:8.4g}  {o.regret:8.4g}")
+
+
 def cmd_calibrate(args: argparse.Namespace) -> int:
     path = Path(args.front)
     front = load(Front, path)
@@ -170,11 +180,20 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         results, recommended, reason = calibrate(chosen, matrix)
     except CalibrationError as exc:
         raise InputError(str(exc)) from exc
+    outcomes = [_outcome_doc(n, results[n], names) for n in ("thesis", "inverse")]
+    _print_outcomes(outcomes)
     method = args.method or recommended
     picked = results[method]
     if isinstance(picked, str):
         raise InputError(f"--method {method}: {picked}")
-    outcomes = [_outcome_doc(n, results[n], names) for n in ("thesis", "inverse")]
+    failed = [o for o in outcomes if o.error is not None]
+    if args.method is None and failed:
+        # A degenerate or negative system is the admin's to see: weights from the other
+        # method are written only when asked for by name.
+        raise InputError(
+            f"the {failed[0].method} method failed: {failed[0].error}; nothing written "
+            f"(pass --method {method} to write the {method} weights anyway)"
+        )
     chosen_doc = next(o for o in outcomes if o.method == method)
     assert chosen_doc.weights is not None
     doc = WeightsFile(
@@ -186,13 +205,6 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         front_sha256=hashlib.sha256(path.read_bytes()).hexdigest(),
         outcomes=outcomes,
     )
-    print("method   " + "  ".join(f"{n:>7}" for n in "PDCM") + "   residual   regret")
-    for o in outcomes:
-        if o.weights is None:
-            print(f"{o.method:8s} failed: {o.error}")
-            continue
-        w = "  ".join(f"{getattr(o.weights, n):7.4f}" for n in "PDCM")
-        print(f"{o.method:8s} {w}   {o.residual:8.4g}  {o.regret:8.4g}")
     print(f"recommended: {reason}")
     if args.out:
         write(Path(args.out), doc.model_dump(mode="json"))
@@ -226,7 +238,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     c.add_argument(
         "--method",
         choices=["thesis", "inverse"],
-        help="whose weights to write (default: the recommended one)",
+        help="whose weights to write (default: the recommended one, if neither method failed)",
     )
     c.add_argument("--out", help="weights file to write")
     c.set_defaults(func=cmd_calibrate)

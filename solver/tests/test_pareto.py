@@ -180,21 +180,107 @@ def test_pareto_refuses_bad_options(tmp_path: Path, capsys: pytest.CaptureFixtur
         assert not out.exists()
 
 
-def test_chosen_method_that_fails_writes_nothing(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def _front_of(tmp_path: Path, vectors: list[tuple[float, float, float]]) -> Path:
+    """A front file whose schedules have the given normalised (P, D, C)."""
     front = _tiny_front(tmp_path)
     doc = json.loads(front.read_text())
     base = doc["points"][0]
-    # Three collinear schedules: the thesis system is rank-deficient.
     doc["points"] = [
-        {**base, "id": k, "normalised": {"P": 0.1 * k, "D": 0.2 * k, "C": 0.3 * k, "M": 0.0}}
-        for k in (1, 2, 3)
+        {**base, "id": k, "normalised": {"P": p, "D": d, "C": c, "M": 0.0}}
+        for k, (p, d, c) in enumerate(vectors, start=1)
     ]
     front.write_text(json.dumps(doc))
+    return front
+
+
+# Three collinear schedules: the thesis system is rank-deficient.
+COLLINEAR = [(0.1 * k, 0.2 * k, 0.3 * k) for k in (1, 2, 3)]
+# Solving Eq. 5.1 for these gives weights (1, 1, -1): no positive weighting fits them.
+NEGATIVE = [(1.0, 0.0, 0.0), (0.0, 1.0, 0.0), (1.0, 1.0, 1.0)]
+
+
+@pytest.mark.parametrize(
+    ("vectors", "method", "needle"),
+    [
+        (COLLINEAR, ["--method", "thesis"], "rank-deficient"),
+        (COLLINEAR, [], "rank-deficient"),
+        (NEGATIVE, [], "negative weights"),
+        (NEGATIVE, ["--method", "thesis"], "negative weights"),
+        ([(0.1, 0.2, 0.3), (0.1, 0.2, 0.3), (0.5, 0.1, 0.2)], [], "identical objective values"),
+    ],
+)
+def test_a_method_that_fails_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], vectors: list[tuple[float, float, float]],
+    method: list[str], needle: str,
+) -> None:  # fmt: skip
+    front = _front_of(tmp_path, vectors)
     out = tmp_path / "w.json"
-    code = main(["calibrate", "--front", str(front), "--pick", "1,2,3", "--method", "thesis",
+    code = main(["calibrate", "--front", str(front), "--pick", "1,2,3", *method,
                  "--out", str(out)])  # fmt: skip
-    err = capsys.readouterr().err
-    assert code == 2 and "rank-deficient" in err, err
+    captured = capsys.readouterr()
+    assert code == 2 and needle in captured.err, captured.err
     assert not out.exists()
+    if (
+        not method and "identical" not in needle
+    ):  # both outcomes were shown before the refusal, and the way out named
+        assert "thesis   failed" in captured.out and "inverse " in captured.out
+        assert "--method inverse" in captured.err
+
+
+def test_the_other_method_is_written_when_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    front = _front_of(tmp_path, NEGATIVE)
+    out = tmp_path / "w.json"
+    code = main(["calibrate", "--front", str(front), "--pick", "1,2,3", "--method", "inverse",
+                 "--out", str(out)])  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    doc = json.loads(out.read_text())
+    assert doc["method"] == "inverse" and doc["recommended"] == "inverse"
+    assert {o["method"]: o["error"] is not None for o in doc["outcomes"]} == {
+        "thesis": True,
+        "inverse": False,
+    }
+
+
+def test_progress_reports_generations_and_the_final_hypervolume(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    front = tmp_path / "front.json"
+    args = ["--cluster", str(PP / "cluster.yaml"), "--workload", str(PP / "representative.yaml")]
+    assert main(["pareto", *args, "--population", "20", "--generations", "20",
+                 "--seed-time", "0", "--out", str(front)]) == 0  # fmt: skip
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("generation ")]
+    # Not a terminal: a line every 10% of the generations, the last one always.
+    numbers = [int(ln.split()[1].split("/")[0]) for ln in lines]
+    assert numbers == list(range(2, 21, 2)), lines
+    assert all(ln.split()[1].endswith("/20") for ln in lines)
+    hvs = [float(ln.split("hypervolume ")[1].split()[0]) for ln in lines]
+    assert hvs == sorted(hvs), "hypervolume of the archive never falls"
+    final = json.loads(front.read_text())["search"]["hypervolume"]
+    assert hvs[-1] == pytest.approx(final, abs=5e-6)
+
+
+def test_front_with_migration_has_four_objectives(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    worked = ROOT / "examples" / "worked"
+    front = tmp_path / "front.json"
+    code = main(["pareto", "--cluster", str(worked / "cluster.yaml"),
+                 "--workload", str(worked / "workload.yaml"),
+                 "--current", str(worked / "current.yaml"), "--with-migration",
+                 "--population", "20", "--generations", "15", "--seed-time", "0",
+                 "--out", str(front), "--quiet"])  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    doc = json.loads(front.read_text())
+    assert doc["search"]["objectives"] == ["P", "D", "C", "M"]
+    assert doc["current"] is not None
+    moved = [p for p in doc["points"] if p["raw"]["M"] > 0]
+    stayed = [p for p in doc["points"] if p["raw"]["M"] == 0]
+    # Staying put costs nothing to move, so the current placement's M = 0 corner is on
+    # the front, and so is at least one schedule that pays M for a better P, D or C.
+    assert stayed and moved
+    vals = [tuple(p["normalised"][k] for k in "PDCM") for p in doc["points"]]
+    for a in vals:
+        for b in vals:
+            assert not (all(x <= y for x, y in zip(a, b, strict=True)) and a != b)
