@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 include deploy/testbed/testbed.mk
 
 .PHONY: demo test lint typecheck unit bench-solver bench-pareto bench-ingest schemas clean \
-	postgres-install monitor-install bench-monitor
+	postgres-install monitor-install bench-monitor bench-testbed
 
 $(STAMP): solver/requirements.lock solver/pyproject.toml contracts/pyproject.toml monitor/pyproject.toml \
 	    deploy/bootstrap/python.sh
@@ -31,7 +31,7 @@ lint: $(STAMP)
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy solver/clavis contracts/clavis_contracts bench/report.py bench/solver/solver_bench.py bench/pareto/pareto_bench.py \
-	    bench/ingest/ingest_bench.py \
+	    bench/ingest/ingest_bench.py bench/monitor/monitor_bench.py \
 	    monitor/clavis_monitor
 
 unit: $(STAMP) testbed-install postgres-install monitor-install
@@ -58,6 +58,10 @@ bench-ingest: $(STAMP)
 
 bench-monitor: $(STAMP) monitor-install
 	$(PY) bench/monitor/monitor_bench.py
+
+# `up` from a cold and a warm cache (root; a few minutes; takes the testbed tests' lock)
+bench-testbed: $(STAMP) testbed-install
+	$(PY) bench/testbed/testbed_bench.py
 
 schemas: $(STAMP)
 	$(VENV)/bin/clavis schema --write docs/schema
