@@ -31,7 +31,7 @@ lint: $(STAMP)
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy solver/clavis contracts/clavis_contracts bench/report.py bench/solver/solver_bench.py bench/pareto/pareto_bench.py \
-	    bench/ingest/ingest_bench.py bench/monitor/monitor_bench.py \
+	    bench/ingest/ingest_bench.py bench/monitor/monitor_bench.py bench/testbed/testbed_bench.py \
 	    monitor/clavis_monitor
 
 unit: $(STAMP) testbed-install postgres-install monitor-install
