@@ -2,9 +2,10 @@
 
 `clavis repack` asks the running clavisd (signed with the shared secret, so it runs as
 root on the head node, e.g. from the systemd timer) for one repacking pass. It never
-writes the store itself: clavisd is its only writer.
+writes the store itself: clavisd is its only writer. A dry run (the default) prints the
+plan and stores nothing; ``--apply`` stores the plan and starts it.
 
-Exit codes: 0 done (planned, applied, or nothing worth moving), 1 the plan could not be
+Exit codes: 0 done (a plan printed or started, or nothing worth moving), 1 the plan could not be
 started (no migrator agent answered; the plan stays pending) or no solution, 2 bad
 input or clavisd unreachable.
 """
@@ -27,15 +28,14 @@ from clavis.service.config import DEFAULT_PATH, ConfigError, load_config
 from clavis_contracts.signing import sign
 
 
-def _plan_table(plan: dict[str, Any]) -> str:
-    rows = [f"plan {plan['id']}  state {plan['state']}  F {plan['f_current']:.6f} -> "
-            f"{plan['f_target']:.6f}",
-            f"{'step':>4} {'wave':>4}  {'container':<20} {'from':<12} {'to':<12} "
-            f"{'cores':>5} {'memory GiB':>10}  state"]  # fmt: skip
-    for s in plan["steps"]:
+def _plan_table(title: str, steps: list[dict[str, Any]]) -> str:
+    """A plan as a table; a dry run's steps have no state (they are not stored)."""
+    rows = [title, f"{'step':>4} {'wave':>4}  {'container':<20} {'from':<12} {'to':<12} "
+                   f"{'cores':>5} {'memory GiB':>10}  state"]  # fmt: skip
+    for s in steps:
         rows.append(f"{s['idx']:>4} {s['wave']:>4}  {s['container']:<20} {s['source']:<12} "
                     f"{s['target']:<12} {s['cores']:>5} {s['memory_bytes'] / 2**30:>10.2f}  "
-                    f"{s['state']}")  # fmt: skip
+                    f"{s.get('state', '-')}")  # fmt: skip
     return "\n".join(rows)
 
 
@@ -58,16 +58,20 @@ def cmd_repack(args: argparse.Namespace) -> int:
         raise InputError(f"clavisd refused the request ({r.status_code}): {r.text[:500]}")
     out = r.json()
     print(f"decision: {out['decision']}  {out['message']}")
-    plan = out.get("plan")
+    proposal, plan = out.get("proposal"), out.get("plan")
+    if proposal is not None:
+        print(_plan_table(f"dry-run plan (not stored)  F {proposal['f_current']:.6f} -> "
+                          f"{proposal['f_target']:.6f}", proposal["steps"]))  # fmt: skip
+        print("dry run: nothing stored, nothing moved (`clavis repack --apply` plans again "
+              "and starts the plan)")  # fmt: skip
+        return 0
     if plan is None:
         return 1 if out["decision"] == "no-solution" else 0
-    print(_plan_table(plan))
-    if args.apply and plan["state"] == "pending":
+    print(_plan_table(f"plan {plan['id']}  state {plan['state']}  F {plan['f_current']:.6f} "
+                      f"-> {plan['f_target']:.6f}", plan["steps"]))  # fmt: skip
+    if plan["state"] == "pending":
         print(f"clavis: error: plan {plan['id']} not started: {plan['message']}", file=sys.stderr)
         return 1
-    if not args.apply:
-        print(f"dry run: nothing moved; plan {plan['id']} is pending "
-              f"(POST /api/v1/plans/{plan['id']}/apply or `clavis repack --apply`)")  # fmt: skip
     return 0
 
 
@@ -82,8 +86,10 @@ def cmd_hash_password(args: argparse.Namespace) -> int:
 def add_parsers(sub: Any) -> None:
     r = sub.add_parser("repack", help="one repacking pass of the running clavisd")
     mode = r.add_mutually_exclusive_group()
-    mode.add_argument("--dry-run", action="store_true", help="plan only (default)")
-    mode.add_argument("--apply", action="store_true", help="plan and start the plan")
+    mode.add_argument(
+        "--dry-run", action="store_true", help="compute and print the plan, store nothing (default)"
+    )
+    mode.add_argument("--apply", action="store_true", help="store the plan and start it")
     r.add_argument("--config", default=str(DEFAULT_PATH), help=f"default {DEFAULT_PATH}")
     r.add_argument("--secret-file", help="default: security.secret_file of the config")
     r.add_argument("--url", help="clavisd base URL (default: server.listen/port of the config)")

@@ -31,9 +31,10 @@ from clavis.service.auth import AgentAuth, SecretFileError, hash_password, load_
 from clavis.service.config import DEFAULT_PATH, Config, ConfigError, load_config
 from clavis.service.gcpolicy import long_lived_heap
 from clavis.service.ingest import Ingestor
+from clavis.service.pausepoints import pause_point
 from clavis.service.power import FitError, fit
 from clavis.service.repack import Executor, decide
-from clavis.service.schemas import PlanOut, RepackOut
+from clavis.service.schemas import PlanOut, ProposedPlan, ProposedStep, RepackOut
 from clavis.service.store import Store, StoreError
 from clavis.service.tables import MIGRATIONS
 from clavis.service.writer import ProcessIngestor
@@ -109,6 +110,8 @@ class Clavisd:
         next_retention = 0.0
         next_repack = time.monotonic() + cfg.repack.interval_s
         period = min(10.0, cfg.advice.valid_s / 3)
+        if cfg.repack.interval_s > 0:  # a pass every second must not wait 10 s for its turn
+            period = min(period, cfg.repack.interval_s)
         while not self._stop.wait(period):
             try:
                 self.publish_advice()
@@ -191,6 +194,7 @@ class Clavisd:
 
     def repack_once(self, apply: bool) -> RepackOut:
         busy = RepackOut(decision="busy", f_current=None, f_target=None, plan=None,
+                         proposal=None,
                          message="a repack or a plan is already running")  # fmt: skip
         if not self._repack_lock.acquire(blocking=False):
             return busy
@@ -202,25 +206,33 @@ class Clavisd:
             d = decide(self.snapshot(now), weights, self.config.repack)
             if d.plan is None:
                 return RepackOut(decision=d.decision, f_current=d.f_current,
-                                 f_target=d.f_target, message=d.message, plan=None)  # fmt: skip
-            for old in self.store.plans(["pending"]):
-                self.store.set_plan(old.id, "superseded", "a newer plan replaced it", now)
+                                 f_target=d.f_target, message=d.message, plan=None,
+                                 proposal=None)  # fmt: skip
             steps = [{"idx": s.index, "wave": s.wave, "container": s.move.container,
                       "source": s.move.source, "target": s.move.target, "cores": s.move.cores,
                       "memory_bytes": s.move.memory_bytes} for s in d.plan.steps]  # fmt: skip
             summary = {"message": d.message, "contended": list(d.contended),
                        "deferred": [m.container for m in d.plan.deferred],
                        "weights": list(weights.as_tuple())}  # fmt: skip
-            plan_id = self.store.create_plan(d.f_current or 0.0, d.f_target or 0.0, summary,
-                                             steps, now)  # fmt: skip
-            message = d.message
-            if apply:
-                self.executor.start(plan_id)
-                p = self.store.plan(plan_id)
-                message = p.message or message if p else message
+            f_current, f_target = d.f_current or 0.0, d.f_target or 0.0
+            if not apply:  # a dry run: shown, not stored; an older pending plan stays
+                proposal = ProposedPlan(f_current=f_current, f_target=f_target, summary=summary,
+                                        steps=[ProposedStep(**s) for s in steps])  # fmt: skip
+                return RepackOut(decision="planned", f_current=d.f_current,
+                                 f_target=d.f_target, message=f"{d.message}; dry run: nothing "
+                                 "stored", plan=None, proposal=proposal)  # fmt: skip
+            for old in self.store.plans(["pending"]):
+                self.store.set_plan(old.id, "superseded", "a newer plan replaced it", now)
+            # Stored as running: a restart after a crash from here on resumes it.
+            plan_id = self.store.create_plan(f_current, f_target, summary, steps, now,
+                                             state="running")  # fmt: skip
+            pause_point("plan-created")
+            self.executor.start(plan_id)
+            p = self.store.plan(plan_id)
+            message = (p.message or d.message) if p else d.message
             out: PlanOut = plan_out(self, plan_id)
             return RepackOut(decision="planned", f_current=d.f_current, f_target=d.f_target,
-                             message=message, plan=out)  # fmt: skip
+                             message=message, plan=out, proposal=None)  # fmt: skip
         finally:
             self._repack_lock.release()
 

@@ -111,8 +111,30 @@ class PlanOut(_Out):
     steps: list[StepOut]
 
 
+class ProposedStep(_Out):
+    idx: int
+    wave: int
+    container: str
+    source: str
+    target: str
+    cores: int
+    memory_bytes: int
+
+
+class ProposedPlan(_Out):
+    """A dry run's plan: computed and shown, never stored."""
+
+    f_current: float
+    f_target: float
+    summary: dict[str, Any]
+    steps: list[ProposedStep]
+
+
 class RepackIn(_Out):
-    apply: bool = False
+    apply: bool = Field(
+        default=False,
+        description="Store the plan and start it; false is a dry run that stores nothing.",
+    )
 
 
 class RepackOut(_Out):
@@ -120,7 +142,10 @@ class RepackOut(_Out):
     f_current: float | None
     f_target: float | None
     message: str
-    plan: PlanOut | None
+    plan: PlanOut | None = Field(description="The stored plan (with apply).")
+    proposal: ProposedPlan | None = Field(
+        description="A dry run's plan, not stored: nothing changed."
+    )
 
 
 class WeightsOut(_Out):

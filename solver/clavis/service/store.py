@@ -22,6 +22,7 @@ from sqlalchemy.pool import StaticPool
 
 from clavis.model import Cluster
 from clavis.service import tables as t
+from clavis.service.pausepoints import pause_point
 from clavis.service.power import PowerFit
 
 
@@ -264,13 +265,14 @@ class Store:
 
     def create_plan(
         self, f_current: float, f_target: float, summary: dict[str, Any],
-        steps: Iterable[Mapping[str, Any]], now: float,
+        steps: Iterable[Mapping[str, Any]], now: float, *, state: str = "pending",
     ) -> int:  # fmt: skip
-        """One transaction: the plan, its steps and their first audit events, or nothing."""
+        """One transaction: the plan (in ``state``), its steps and the plan's first audit
+        event, or nothing."""
         with self.engine.begin() as conn:
             r = conn.execute(
                 insert(t.plans).values(
-                    created=now, updated=now, state="pending", f_current=f_current,
+                    created=now, updated=now, state=state, f_current=f_current,
                     f_target=f_target, summary=json.dumps(summary), message="",
                 )
             )  # fmt: skip
@@ -282,9 +284,10 @@ class Store:
             ]  # fmt: skip
             if rows:
                 conn.execute(insert(t.migration_steps), rows)
-            events = [{"plan": plan, "idx": None, "state": "pending", "message": "planned",
+            events = [{"plan": plan, "idx": None, "state": state, "message": "planned",
                        "ts": now}]  # fmt: skip
             conn.execute(insert(t.step_events), events)
+            pause_point("plan-insert")
             return plan
 
     def plan(self, plan: int) -> PlanRow | None:

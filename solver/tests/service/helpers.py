@@ -10,7 +10,9 @@ from typing import Any
 
 import yaml
 from fastapi.testclient import TestClient
+from sqlalchemy import create_engine, select
 
+from clavis.service import tables as t
 from clavis.service.auth import hash_password
 from clavis_contracts.signing import sign
 
@@ -107,3 +109,20 @@ def login(client: TestClient, user: str) -> dict[str, str]:
     r = client.post("/api/v1/login", json={"user": user, "password": PASSWORDS[user]})
     assert r.status_code == 200, r.text
     return {"Authorization": f"Bearer {r.json()['token']}"}
+
+
+def store_rows(
+    url: str, *, skip: tuple[str, ...] = ("nonces",)
+) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row of every store table but ``skip``, read without clavisd's Store (which would
+    migrate); each table's rows sorted, so two reads compare equal when nothing changed."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return {
+                name: sorted((tuple(r) for r in conn.execute(select(table))), key=repr)
+                for name, table in t.meta.tables.items()
+                if name not in skip
+            }
+    finally:
+        engine.dispose()

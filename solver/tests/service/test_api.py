@@ -174,20 +174,30 @@ def _contended(client: TestClient) -> None:
             assert post_report(client, report(host, [], ts=t0 + i, busy=0.0)).status_code == 202
 
 
-def test_repack_plans_and_apply_stops_without_an_agent(
+def test_repack_dry_run_stores_nothing_and_apply_stops_without_an_agent(
     client: TestClient, clavisd: Clavisd
 ) -> None:
     _contended(client)
     admin = login(client, "ada")
     r = client.post("/api/v1/repack", json={"apply": False}, headers=admin)
     assert r.status_code == 200, r.text
+    dry = r.json()
+    assert dry["decision"] == "planned", dry
+    assert dry["f_target"] < dry["f_current"] and "dry run: nothing stored" in dry["message"]
+    assert dry["plan"] is None and dry["proposal"]["steps"]
+    assert set(dry["proposal"]["summary"]["contended"]) == {"h1", "h2"}
+    assert clavisd.store.plans() == []
+    # Apply: the plan is stored; no migrator agent listens, so it stays pending and says why.
+    r = client.post("/api/v1/repack", json={"apply": True}, headers=admin)
+    assert r.status_code == 200, r.text
     out = r.json()
-    assert out["decision"] == "planned", out
-    assert out["f_target"] < out["f_current"]
     plan = out["plan"]
-    assert plan["state"] == "pending" and plan["steps"]
-    assert set(plan["summary"]["contended"]) == {"h1", "h2"}
-    # Apply: no migrator agent listens, so the plan stays pending and says why.
+    assert out["proposal"] is None and plan["state"] == "pending"
+    assert [(s["container"], s["target"]) for s in plan["steps"]] == [
+        (s["container"], s["target"]) for s in dry["proposal"]["steps"]
+    ]
+    assert "no migrator agent answered" in plan["message"]
+    # A retry of the pending plan: still no agent, still pending.
     r = client.post(f"/api/v1/plans/{plan['id']}/apply", headers=admin)
     assert r.status_code == 200
     after = r.json()
@@ -195,7 +205,7 @@ def test_repack_plans_and_apply_stops_without_an_agent(
     assert "no migrator agent answered" in after["message"]
     assert all(s["state"] == "pending" for s in after["steps"])
     events = clavisd.store.events(plan["id"])
-    assert [e["state"] for e in events if e["idx"] == 0] == ["dispatched", "pending"]
+    assert [e["state"] for e in events if e["idx"] == 0] == ["dispatched", "pending"] * 2
 
 
 def test_advice_file(client: TestClient, clavisd: Clavisd) -> None:

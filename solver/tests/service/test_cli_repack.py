@@ -1,5 +1,6 @@
-"""`clavis repack` against a real clavisd: dry run prints the plan; --apply without a
-migrator agent stops with a clear error and leaves the plan pending."""
+"""`clavis repack` against a real clavisd: a dry run prints the plan and changes nothing in
+the store; --apply without a migrator agent stops with a clear error and leaves the plan
+pending, and a later --apply supersedes it."""
 
 from __future__ import annotations
 
@@ -10,20 +11,26 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import container, report, write_setup
+from .helpers import container, report, store_rows, write_setup
 from .process import Daemon, free_port
 
 pytestmark = pytest.mark.slow
 
 
-def test_repack_dry_run_and_apply_without_agent(tmp_path: Path) -> None:
+def test_repack_dry_run_changes_nothing_and_apply_without_agent(tmp_path: Path) -> None:
     port = free_port()
     extra = ("[repack]\ninterval_s = 0\ntime_limit_s = 5\nworkers = 1\n"
              f'[migrator]\naddress = "127.0.0.1:{free_port()}"\ntimeout_s = 1\n')  # fmt: skip
     cfg = write_setup(tmp_path, extra=extra, port=port)
+    url = f"sqlite:///{tmp_path / 'clavis.db'}"
     d = Daemon(cfg, port, tmp_path / "clavisd.log")
     d.start()
     clavis = [str(Path(sys.executable).parent / "clavis"), "repack", "--config", str(cfg)]
+
+    def run(*flags: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*clavis, *flags], capture_output=True, text=True, timeout=120,
+                              check=False)  # fmt: skip
+
     try:
         t0 = time.time() - 20
         for i in range(8):
@@ -32,15 +39,30 @@ def test_repack_dry_run_and_apply_without_agent(tmp_path: Path) -> None:
                 d.call("POST", "/api/v1/reports", report(host, cs, ts=t0 + i))
             for host in ("h3", "h4"):
                 d.call("POST", "/api/v1/reports", report(host, [], ts=t0 + i, busy=0))
-        dry = subprocess.run([*clavis, "--dry-run"], capture_output=True, text=True,
-                             timeout=120, check=False)  # fmt: skip
+        # Every table but the signed requests' nonces (kept so a request cannot be replayed).
+        before = store_rows(url)
+        assert len(before["containers"]) == 4 and len(before["container_samples"]) == 32
+        dry = run("--dry-run")
         assert dry.returncode == 0, dry.stderr
-        assert "decision: planned" in dry.stdout and "dry run: nothing moved" in dry.stdout
+        assert "decision: planned" in dry.stdout and "dry run: nothing stored" in dry.stdout
+        assert "dry-run plan (not stored)" in dry.stdout
         assert " a1 " in dry.stdout or " b1 " in dry.stdout or " a2 " in dry.stdout
-        applied = subprocess.run([*clavis, "--apply"], capture_output=True, text=True,
-                                 timeout=120, check=False)  # fmt: skip
+        assert store_rows(url) == before
+        assert d.call("GET", "/api/v1/plans") == []
+        applied = run("--apply")
         assert applied.returncode == 1
         assert "no migrator agent answered" in applied.stderr
+        (pending,) = d.call("GET", "/api/v1/plans")
+        assert pending["state"] == "pending"
+        # A dry run with a pending plan in the store: the plan is not superseded, and
+        # nothing else changes either.
+        before = store_rows(url)
+        again = run()  # the default is a dry run
+        assert again.returncode == 0 and "dry run: nothing stored" in again.stdout, again.stderr
+        assert store_rows(url) == before
+        assert d.call("GET", f"/api/v1/plans/{pending['id']}") == pending
+        # Only a plan that is stored (--apply) replaces the pending one.
+        assert run("--apply").returncode == 1
         plans = d.call("GET", "/api/v1/plans")
         assert [p["state"] for p in plans] == ["superseded", "pending"]
         assert all(s["state"] == "pending" for s in plans[1]["steps"])
