@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 include deploy/testbed/testbed.mk
 
 .PHONY: demo test lint typecheck unit bench-solver bench-pareto bench-ingest schemas clean \
-	postgres-install monitor-install bench-monitor bench-testbed
+	postgres-install monitor-install bench-monitor bench-testbed slurm-plugin
 
 $(STAMP): solver/requirements.lock solver/pyproject.toml contracts/pyproject.toml monitor/pyproject.toml \
 	    deploy/bootstrap/python.sh
@@ -34,10 +34,14 @@ typecheck: $(STAMP)
 	    bench/ingest/ingest_bench.py bench/monitor/monitor_bench.py bench/testbed/testbed_bench.py \
 	    monitor/clavis_monitor
 
-unit: $(STAMP) testbed-install postgres-install monitor-install
+unit: $(STAMP) testbed-install postgres-install monitor-install slurm-plugin
 	$(VENV)/bin/pytest -q
 
 test: lint typecheck unit
+
+# spank_clavis.so, warnings as errors (spank.h comes with testbed-install's libslurm-dev)
+slurm-plugin: testbed-install
+	$(MAKE) -C slurm-plugin
 
 # nftables and ipmitool for the monitor's tests (deploy/bootstrap/monitor.sh)
 monitor-install:
