@@ -60,7 +60,9 @@ def decide(snap: Snapshot, weights: Weights, cfg: RepackConfig) -> Decision:
     gain = now_score.F - result.score.F
     if gain <= cfg.margin:
         return Decision("below-margin", now_score.F, result.score.F,
-                        f"F would improve by {gain:.4f}, margin {cfg.margin:g}", None)  # fmt: skip
+                        f"F would improve by {gain:.4f} ({now_score.F:.4f} -> "
+                        f"{result.score.F:.4f}), not more than repack.margin {cfg.margin:g}: "
+                        "nothing planned", None)  # fmt: skip
     names = [c.name for c in inst.containers]
     target = {n: inst.hosts[h].name for n, h in zip(names, result.assignment, strict=True)}
     cores = {c.name: c.cores for c in inst.containers}

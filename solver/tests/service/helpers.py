@@ -16,6 +16,7 @@ from clavis.service import tables as t
 from clavis.service.auth import hash_password
 from clavis_contracts.signing import sign
 
+ROOT = Path(__file__).resolve().parents[3]
 SECRET = b"test-secret-0123456789abcdef"
 PASSWORDS = {"ada": "admin-pass", "vic": "viewer-pass"}
 
@@ -126,3 +127,36 @@ def store_rows(
             }
     finally:
         engine.dispose()
+
+
+def worked_front() -> dict[str, Any]:
+    """A front document (`clavis pareto`'s format) of examples/worked with four points: the
+    three corners of (P, D, C) and one in the middle."""
+    worked = ROOT / "examples" / "worked"
+    cluster = yaml.safe_load((worked / "cluster.yaml").read_text())
+    workload = yaml.safe_load((worked / "workload.yaml").read_text())
+    assignment = yaml.safe_load((worked / "current.yaml").read_text())["assignment"]
+    corners = [(1, 0, 0), (0, 1, 0), (0, 0, 1), (0.6, 0.6, 0.6)]
+    points = [
+        {"id": i, "assignment": assignment,
+         "raw": {"P": p, "D": d, "C": c, "M": 0}, "normalised": {"P": p, "D": d, "C": c, "M": 0}}
+        for i, (p, d, c) in enumerate(corners)
+    ]  # fmt: skip
+    zero = {"P": 0, "D": 0, "C": 0, "M": 0}
+    return {
+        "cluster": cluster, "workload": workload, "lower": zero, "upper": zero, "points": points,
+        "search": {"algorithm": "nsga2", "population": 4, "generations": 1, "seed": 0,
+                   "seed_time": 0, "objectives": ["P", "D", "C"], "evaluations": 4,
+                   "hypervolume": 0.5, "seconds": 0.1},
+    }  # fmt: skip
+
+
+def contended(client: TestClient) -> None:
+    """Two devil jobs sharing h1 and h2 (devils over tolerance), h3 and h4 idle."""
+    t0 = time.time() - 30
+    for i in range(8):
+        for host, names in (("h1", ("a1", "b1")), ("h2", ("a2", "b2"))):
+            cs = [container(n, job=n[0], mpki=20.0) for n in names]
+            assert post_report(client, report(host, cs, ts=t0 + i)).status_code == 202
+        for host in ("h3", "h4"):
+            assert post_report(client, report(host, [], ts=t0 + i, busy=0.0)).status_code == 202

@@ -17,7 +17,16 @@ from clavis.service.config import load_config
 from clavis.service.daemon import Clavisd
 from clavis.service.store import Store
 
-from .helpers import SECRET, container, login, post_report, report, signed, write_setup
+from .helpers import (
+    SECRET,
+    container,
+    contended,
+    login,
+    post_report,
+    report,
+    signed,
+    write_setup,
+)
 
 
 def test_health_and_openapi(client: TestClient) -> None:
@@ -163,21 +172,10 @@ def test_power_models_are_fitted_from_reports(client: TestClient) -> None:
     assert "need at least" in out["refused"]["h2"]
 
 
-def _contended(client: TestClient) -> None:
-    """Two devil jobs sharing h1 and h2 (devils over tolerance), h3 and h4 idle."""
-    t0 = time.time() - 30
-    for i in range(8):
-        for host, names in (("h1", ("a1", "b1")), ("h2", ("a2", "b2"))):
-            cs = [container(n, job=n[0], mpki=20.0) for n in names]
-            assert post_report(client, report(host, cs, ts=t0 + i)).status_code == 202
-        for host in ("h3", "h4"):
-            assert post_report(client, report(host, [], ts=t0 + i, busy=0.0)).status_code == 202
-
-
 def test_repack_dry_run_stores_nothing_and_apply_stops_without_an_agent(
     client: TestClient, clavisd: Clavisd
 ) -> None:
-    _contended(client)
+    contended(client)
     admin = login(client, "ada")
     r = client.post("/api/v1/repack", json={"apply": False}, headers=admin)
     assert r.status_code == 200, r.text
@@ -209,7 +207,7 @@ def test_repack_dry_run_stores_nothing_and_apply_stops_without_an_agent(
 
 
 def test_advice_file(client: TestClient, clavisd: Clavisd) -> None:
-    _contended(client)
+    contended(client)
     clavisd.publish_advice()
     doc = json.loads(clavisd.config.advice.path.read_text())
     assert doc["kind"] == "clavis.advice" and doc["schema_version"] == 1
@@ -290,7 +288,7 @@ def test_advice_process_builds_it_and_clavisd_takes_over_when_it_is_gone(
                           cfg.classify.devil_threshold_mpki, cfg.advice.valid_s)  # fmt: skip
     worker.start()
     clavisd._advice_worker = worker
-    _contended(client)
+    contended(client)
     clavisd.publish_advice()
     nodes = {n["node"]: n for n in json.loads(cfg.advice.path.read_text())["nodes"]}
     assert nodes["a1"]["contention"] == "contended" and nodes["a1"]["node_class"] == "devil"

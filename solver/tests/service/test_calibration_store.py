@@ -3,43 +3,19 @@
 from __future__ import annotations
 
 import time
-from typing import Any
 
-import yaml
 from fastapi.testclient import TestClient
 
 from clavis.service import tables as t
 from clavis.service.daemon import Clavisd
 
-from .helpers import login, post_report, report
-
-ROOT = __import__("pathlib").Path(__file__).resolve().parents[3]
-
-
-def _front() -> dict[str, Any]:
-    worked = ROOT / "examples" / "worked"
-    cluster = yaml.safe_load((worked / "cluster.yaml").read_text())
-    workload = yaml.safe_load((worked / "workload.yaml").read_text())
-    assignment = yaml.safe_load((worked / "current.yaml").read_text())["assignment"]
-    corners = [(1, 0, 0), (0, 1, 0), (0, 0, 1), (0.6, 0.6, 0.6)]
-    points = [
-        {"id": i, "assignment": assignment,
-         "raw": {"P": p, "D": d, "C": c, "M": 0}, "normalised": {"P": p, "D": d, "C": c, "M": 0}}
-        for i, (p, d, c) in enumerate(corners)
-    ]  # fmt: skip
-    zero = {"P": 0, "D": 0, "C": 0, "M": 0}
-    return {
-        "cluster": cluster, "workload": workload, "lower": zero, "upper": zero, "points": points,
-        "search": {"algorithm": "nsga2", "population": 4, "generations": 1, "seed": 0,
-                   "seed_time": 0, "objectives": ["P", "D", "C"], "evaluations": 4,
-                   "hypervolume": 0.5, "seconds": 0.1},
-    }  # fmt: skip
+from .helpers import login, post_report, report, worked_front
 
 
 def test_front_picks_become_the_current_weights(client: TestClient) -> None:
     admin = login(client, "ada")
     assert client.get("/api/v1/weights", headers=admin).json()["source"] == "configured"
-    r = client.post("/api/v1/fronts", json=_front(), headers=admin)
+    r = client.post("/api/v1/fronts", json=worked_front(), headers=admin)
     assert r.status_code == 200, r.text
     front = r.json()
     assert front["points"] == 4 and front["objectives"] == ["P", "D", "C"]
@@ -58,7 +34,7 @@ def test_front_picks_become_the_current_weights(client: TestClient) -> None:
     assert client.post("/api/v1/fronts/99/picks", json={"picks": [0, 1, 2]},
                        headers=admin).status_code == 404  # fmt: skip
     view = login(client, "vic")
-    assert client.post("/api/v1/fronts", json=_front(), headers=view).status_code == 403
+    assert client.post("/api/v1/fronts", json=worked_front(), headers=view).status_code == 403
     assert [f["id"] for f in client.get("/api/v1/fronts", headers=view).json()] == [front["id"]]
     r = client.post("/api/v1/fronts", content=b"{}", headers=admin)
     assert r.status_code == 422 and "malformed front" in r.json()["detail"]
