@@ -90,6 +90,10 @@ class Agent:
         self.vanished = 0
         self.reports = 0
         self._next_scan = 0.0
+        # Read at each rescan, not every interval: (cores, memory limit) and the Slurm
+        # jobs found in the container's cgroups (the fallback when nothing registered).
+        self._limits: dict[str, tuple[int, int]] = {}
+        self._cgroup_jobs: dict[str, list[int]] = {}
         self._last_cpu: dict[str, tuple[int, float]] = {}
         self._last_counts: dict[str, Counts] = {}
         self._stop = threading.Event()
@@ -131,35 +135,55 @@ class Agent:
 
     # -- samplers (each runs in its own thread) -------------------------------------------
 
+    def _rescan(self, now: float) -> None:
+        """Discover the containers and read what changes rarely: their limits and the
+        Slurm jobs in their cgroups (every ``containers.rescan_s``)."""
+        self.containers = cg.discover(self.cfg.containers)
+        self._next_scan = now + self.cfg.containers.rescan_s
+        for c in list(self.containers):
+            try:
+                self._limits[c.name] = (
+                    cg.cores(c, self.host_cores),
+                    cg.memory_limit(c, self.host_memory),
+                )
+            except cg.VanishedError:
+                self._vanish(c.name)
+                continue
+            self._cgroup_jobs[c.name] = cg.jobs_in(c)
+        alive = {c.name for c in self.containers}
+        self.registry.prune(alive)
+        for name in [n for n in {*self._last_cpu, *self._limits} if n not in alive]:
+            self._forget(name)
+
+    def _vanish(self, name: str) -> None:
+        self.vanished += 1
+        self.containers = [x for x in self.containers if x.name != name]
+        self._forget(name)
+
     def sample_cpu(self) -> None:
         now = time.monotonic()
         if now >= self._next_scan:
-            self.containers = cg.discover(self.cfg.containers)
-            self._next_scan = now + self.cfg.containers.rescan_s
-            alive = {c.name for c in self.containers}
-            self.registry.prune(alive)
-            for name in [n for n in self._last_cpu if n not in alive]:
-                self._forget(name)
+            self._rescan(now)
         buf = self.buffers["cpu"]
         busy = self.gauge.update(cg.host_cpu_ticks())
         for c in list(self.containers):
             try:
                 ns = cg.cpu_ns(c)
-                value = (cg.cores(c, self.host_cores), cg.memory_limit(c, self.host_memory))
             except cg.VanishedError:
-                self.vanished += 1
-                self.containers = [x for x in self.containers if x.name != c.name]
-                self._forget(c.name)
+                self._vanish(c.name)
                 continue
+            cores, memory = self._limits[c.name]
             last = self._last_cpu.get(c.name)
             self._last_cpu[c.name] = (ns, now)
             if last is not None and now > last[1]:
                 used = max(0.0, (ns - last[0]) / 1e9 / (now - last[1]))
-                buf.add(c.name, CpuValue(used, value[0], value[1]))
+                buf.add(c.name, CpuValue(used, cores, memory))
         buf.add("host", busy)
         buf.flush()
 
     def _forget(self, name: str) -> None:
+        self._limits.pop(name, None)
+        self._cgroup_jobs.pop(name, None)
         self._last_cpu.pop(name, None)
         self._last_counts.pop(name, None)
         if self.counters is not None:
@@ -259,7 +283,7 @@ class Agent:
             tv = traffic.get(c.name)
             peers: tuple[PeerRate, ...] = tv.value if tv is not None else ()
             job = jobs.get(c.name)
-            fallback = None if job is not None else cg.jobs_in(c)
+            fallback = None if job is not None else self._cgroup_jobs.get(c.name)
             samples.append(
                 ContainerSample(
                     name=c.name,
@@ -326,6 +350,7 @@ class Agent:
         for t in self._threads:
             t.join(timeout=self.cfg.power.timeout_s + 5)
         self.worker.stop()
+        self.power.close()
         if self.sender is not None:
             self.sender.stop()
         if self.nft is not None:

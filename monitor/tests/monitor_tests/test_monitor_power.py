@@ -105,3 +105,24 @@ def test_bmc_down_is_a_clear_state_and_the_agent_keeps_reporting(bmc: Bmc, tmp_p
         for labels, _ in m.samples
     )  # fmt: skip
     assert "power:ipmi-dcmi" in text
+
+
+@needs_sim
+def test_one_ipmitool_session_serves_many_readings_and_survives_a_bmc_restart(
+    bmc: Bmc, tmp_path: Path
+) -> None:
+    reader = PowerReader(parse(_cfg(bmc, tmp_path, ["ipmi-dcmi"])).power)
+    try:
+        for _ in range(3):
+            assert reader.read().watts == 150.0
+        assert reader._shell.starts == 1  # one session for every reading
+        shell_pid = reader._shell._proc.pid if reader._shell._proc else None
+        bmc.stop()  # the session ends with the BMC; a new BMC knows nothing of it
+        bmc.start(watts=170)
+        reading = reader.read()  # the old session fails, one retry in a fresh shell
+        assert (reading.source, reading.watts) == ("ipmi-dcmi", 170.0), reader.states
+        assert reader._shell.starts == 2
+    finally:
+        reader.close()
+    assert shell_pid is not None and not Path(f"/proc/{shell_pid}").exists()
+    assert reader._shell._proc is None
