@@ -194,10 +194,9 @@ class Agent:
         buf = self.buffers["perf"]
         if self.counters is None and self.cfg.perf.enabled and time.monotonic() >= self._next_probe:
             self._probe_perf()
+        if self.counters is None:
+            return  # the host has no counters: build_report gives every container the reason
         for c in list(self.containers):
-            if self.counters is None:
-                buf.add(c.name, Intensity(None, "unsupported", self.perf_state))
-                continue
             try:
                 counts = self.counters.read(
                     c.name, c.cgroups.get("perf_event") or c.cgroups.get("unified")
@@ -275,11 +274,11 @@ class Agent:
                 continue
             value: CpuValue = cv.value
             inten = perf.get(c.name)
-            iv: Intensity = (
-                inten.value
-                if inten is not None
-                else Intensity(None, "unsupported", "no counter reading yet")
-            )
+            if inten is not None:
+                iv: Intensity = inten.value
+            else:
+                why = self.perf_state if self.counters is None else "no counter reading yet"
+                iv = Intensity(None, "unsupported", why)
             tv = traffic.get(c.name)
             peers: tuple[PeerRate, ...] = tv.value if tv is not None else ()
             job = jobs.get(c.name)
