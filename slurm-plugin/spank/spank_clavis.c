@@ -318,6 +318,28 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
 }
 
 /*
+ * sbatch/salloc/srun, after the options: a devil or turtle hint goes into the job
+ * control environment as CLAVIS_CLASS, which slurmctld keeps with the job
+ * (job_ptr->spank_job_env) for select_clavis.so. RET 0 always.
+ */
+int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
+{
+	spank_context_t ctx = spank_context();
+	spank_err_t rc;
+
+	(void)ac;
+	(void)av;
+	if ((ctx != S_CTX_LOCAL && ctx != S_CTX_ALLOCATOR) ||
+	    !strcmp(class_hint, "auto"))
+		return 0;
+	rc = spank_job_control_setenv(sp, "CLAVIS_CLASS", class_hint, 1);
+	if (rc != ESPANK_SUCCESS)
+		slurm_error("%s: CLAVIS_CLASS not set for the scheduler: %s",
+			    PLUGIN, spank_strerror(rc));
+	return 0;
+}
+
+/*
  * slurmstepd, after each task's fork (before any task execs): collect its pid; when
  * all local tasks exist, register them. RET 0 always.
  */

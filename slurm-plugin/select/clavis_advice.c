@@ -1,0 +1,388 @@
+/*
+ * clavis_advice.c - read and check clavisd's advice file (schema v1).
+ */
+#include "clavis_advice.h"
+
+#include "clavis_json.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define NAME_MAX_LEN 128
+
+static int _name_ok(const char *s)
+{
+	size_t n = strlen(s), i;
+
+	if (n < 1 || n > NAME_MAX_LEN)
+		return 0;
+	for (i = 0; i < n; i++) {
+		char c = s[i];
+		int alnum = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+			    (c >= '0' && c <= '9');
+
+		if (!alnum && (i == 0 || (c != '.' && c != '_' && c != ':' &&
+					  c != '-')))
+			return 0;
+	}
+	return 1;
+}
+
+static int _digits(const char *s, int n, int *out)
+{
+	int i, v = 0;
+
+	for (i = 0; i < n; i++) {
+		if (s[i] < '0' || s[i] > '9')
+			return -1;
+		v = v * 10 + (s[i] - '0');
+	}
+	*out = v;
+	return 0;
+}
+
+int clavis_rfc3339(const char *t, double *out)
+{
+	int Y, M, D, h, m, s, zh = 0, zm = 0, sign = 0;
+	double frac = 0, scale = 0.1;
+	struct tm tm = { 0 };
+	time_t secs;
+
+	if (strlen(t) < 20 || _digits(t, 4, &Y) || t[4] != '-' ||
+	    _digits(t + 5, 2, &M) || t[7] != '-' || _digits(t + 8, 2, &D) ||
+	    (t[10] != 'T' && t[10] != 't' && t[10] != ' ') ||
+	    _digits(t + 11, 2, &h) || t[13] != ':' || _digits(t + 14, 2, &m) ||
+	    t[16] != ':' || _digits(t + 17, 2, &s))
+		return -1;
+	t += 19;
+	if (*t == '.') {
+		if (t[1] < '0' || t[1] > '9')
+			return -1;
+		for (t++; *t >= '0' && *t <= '9'; t++, scale /= 10)
+			frac += (*t - '0') * scale;
+	}
+	if (*t == 'Z' || *t == 'z') {
+		t++;
+	} else if (*t == '+' || *t == '-') {
+		sign = *t == '-' ? -1 : 1;
+		if (_digits(t + 1, 2, &zh) || t[3] != ':' ||
+		    _digits(t + 4, 2, &zm) || zh > 23 || zm > 59)
+			return -1;
+		t += 6;
+	} else {
+		return -1; /* a zone is required */
+	}
+	if (*t || M < 1 || M > 12 || D < 1 || D > 31 || h > 23 || m > 59 ||
+	    s > 60 || Y < 1970)
+		return -1;
+	tm.tm_year = Y - 1900;
+	tm.tm_mon = M - 1;
+	tm.tm_mday = D;
+	tm.tm_hour = h;
+	tm.tm_min = m;
+	tm.tm_sec = s;
+	secs = timegm(&tm);
+	if (secs == (time_t)-1)
+		return -1;
+	*out = (double)secs + frac - sign * (zh * 3600.0 + zm * 60.0);
+	return 0;
+}
+
+static const char *_str(const jv_t *obj, const char *key)
+{
+	const jv_t *v = jv_get(obj, key);
+
+	return (v && v->type == JV_STR) ? v->str : NULL;
+}
+
+static int _enum(const char *s, const char *const *names, int count)
+{
+	int i;
+
+	for (i = 0; s && i < count; i++)
+		if (!strcmp(s, names[i]))
+			return i;
+	return -1;
+}
+
+/* Only the schema's keys, each once. */
+static int _keys_ok(const jv_t *obj, const char *const *keys, size_t count)
+{
+	size_t i, j;
+
+	for (i = 0; i < obj->n; i++) {
+		if (_enum(obj->keys[i], keys, (int)count) < 0)
+			return 0;
+		for (j = 0; j < i; j++)
+			if (!strcmp(obj->keys[i], obj->keys[j]))
+				return 0;
+	}
+	return 1;
+}
+
+static int _node(const jv_t *v, clavis_advice_node_t *out, const char **why)
+{
+	static const char *const keys[] = { "node", "host", "rack",
+					    "contention", "node_class" };
+	static const char *const cont[] = { "unknown", "devil-free", "ok",
+					    "contended" };
+	static const char *const cls[] = { "unknown", "devil", "turtle" };
+	const char *node = _str(v, "node"), *host = _str(v, "host");
+	const char *rack = _str(v, "rack");
+	int c, k;
+
+	if (v->type != JV_OBJ || !_keys_ok(v, keys, 5)) {
+		*why = "a node entry is not an object of the schema's keys";
+		return -1;
+	}
+	if (!node || !host || !rack || !_name_ok(node) || !_name_ok(host) ||
+	    !_name_ok(rack)) {
+		*why = "a node entry has a missing or invalid node/host/rack";
+		return -1;
+	}
+	c = _enum(_str(v, "contention"), cont, 4);
+	k = _enum(_str(v, "node_class"), cls, 3);
+	if (c < 0 || k < 0) {
+		*why = "a node entry has an invalid contention or node_class";
+		return -1;
+	}
+	out->node = strdup(node);
+	out->host = strdup(host);
+	out->rack = strdup(rack);
+	out->contention = (clavis_contention_t)c;
+	out->node_class = (clavis_class_t)k;
+	if (!out->node || !out->host || !out->rack) {
+		*why = "out of memory";
+		return -1;
+	}
+	return 0;
+}
+
+static int _by_name(const void *a, const void *b)
+{
+	return strcmp(((const clavis_advice_node_t *)a)->node,
+		      ((const clavis_advice_node_t *)b)->node);
+}
+
+static int _header(const jv_t *doc, clavis_advice_t *out, const char **why)
+{
+	static const char *const keys[] = { "schema_version", "kind", "generated",
+					    "valid_s", "nodes" };
+	const jv_t *ver = jv_get(doc, "schema_version");
+	const jv_t *valid = jv_get(doc, "valid_s");
+	const char *kind = _str(doc, "kind"), *gen = _str(doc, "generated");
+
+	if (doc->type != JV_OBJ || !_keys_ok(doc, keys, 5)) {
+		*why = "not an object of the schema's keys";
+		return -1;
+	}
+	if (ver && (ver->type != JV_NUM || ver->num != 1)) {
+		*why = "schema_version is not 1";
+		return -1;
+	}
+	if (jv_get(doc, "kind") && (!kind || strcmp(kind, "clavis.advice"))) {
+		*why = "kind is not clavis.advice";
+		return -1;
+	}
+	if (!gen || clavis_rfc3339(gen, &out->generated) < 0) {
+		*why = "generated is missing or not an RFC 3339 time with a zone";
+		return -1;
+	}
+	if (!valid || valid->type != JV_NUM || !(valid->num > 0)) {
+		*why = "valid_s is missing or not positive";
+		return -1;
+	}
+	out->valid_s = valid->num;
+	return 0;
+}
+
+int clavis_advice_parse(const char *text, size_t len, clavis_advice_t *out,
+			const char **why)
+{
+	const jv_t *nodes;
+	size_t i, at;
+	jv_t doc;
+
+	memset(out, 0, sizeof(*out));
+	if (jv_parse(text, len, &doc, why, &at) < 0)
+		return -1;
+	if (_header(&doc, out, why) < 0)
+		goto fail;
+	nodes = jv_get(&doc, "nodes");
+	if (!nodes || nodes->type != JV_ARR ||
+	    nodes->n > CLAVIS_ADVICE_MAX_NODES) {
+		*why = "nodes is missing, not a list, or too long";
+		goto fail;
+	}
+	if (nodes->n && !(out->nodes = calloc(nodes->n, sizeof(*out->nodes)))) {
+		*why = "out of memory";
+		goto fail;
+	}
+	for (i = 0; i < nodes->n; i++, out->n++)
+		if (_node(&nodes->items[i], &out->nodes[i], why) < 0) {
+			out->n++; /* free what was duplicated */
+			goto fail;
+		}
+	qsort(out->nodes, out->n, sizeof(*out->nodes), _by_name);
+	for (i = 1; i < out->n; i++)
+		if (!strcmp(out->nodes[i - 1].node, out->nodes[i].node)) {
+			*why = "a node is listed twice";
+			goto fail;
+		}
+	jv_free(&doc);
+	return 0;
+fail:
+	jv_free(&doc);
+	clavis_advice_free(out);
+	return -1;
+}
+
+void clavis_advice_free(clavis_advice_t *adv)
+{
+	size_t i;
+
+	for (i = 0; i < adv->n; i++) {
+		free(adv->nodes[i].node);
+		free(adv->nodes[i].host);
+		free(adv->nodes[i].rack);
+	}
+	free(adv->nodes);
+	memset(adv, 0, sizeof(*adv));
+}
+
+int clavis_advice_fresh(const clavis_advice_t *adv, double now)
+{
+	double age = now - adv->generated;
+
+	return age <= adv->valid_s && age >= -adv->valid_s;
+}
+
+const clavis_advice_node_t *clavis_advice_find(const clavis_advice_t *adv,
+					       const char *name)
+{
+	clavis_advice_node_t key = { .node = (char *)name };
+
+	if (!adv->n)
+		return NULL;
+	return bsearch(&key, adv->nodes, adv->n, sizeof(*adv->nodes),
+		       _by_name);
+}
+
+int clavis_advice_host_has_devil(const clavis_advice_t *adv, const char *host)
+{
+	size_t i;
+
+	for (i = 0; i < adv->n; i++) {
+		if (strcmp(adv->nodes[i].host, host))
+			continue;
+		if (adv->nodes[i].node_class == ADV_CLASS_DEVIL ||
+		    adv->nodes[i].contention == ADV_OK ||
+		    adv->nodes[i].contention == ADV_CONTENDED)
+			return 1;
+	}
+	return 0;
+}
+
+/* Read the whole (regular, bounded) file behind `fd`. RET malloc'd text or NULL. */
+static char *_read_all(int fd, size_t size, const char **why)
+{
+	char *text = malloc(size + 1);
+	size_t got = 0;
+	ssize_t n;
+
+	if (!text) {
+		*why = "out of memory";
+		return NULL;
+	}
+	while (got < size) {
+		n = read(fd, text + got, size - got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+	}
+	if (got != size) {
+		free(text);
+		*why = "short read (file changed while read)";
+		return NULL;
+	}
+	text[got] = '\0';
+	return text;
+}
+
+static int _same_file(const clavis_advice_cache_t *c, const struct stat *st)
+{
+	return c->have && c->dev == st->st_dev && c->ino == st->st_ino &&
+	       c->size == st->st_size &&
+	       c->mtime.tv_sec == st->st_mtim.tv_sec &&
+	       c->mtime.tv_nsec == st->st_mtim.tv_nsec;
+}
+
+/* Read and parse into the cache; the cache records the outcome either way. */
+static void _reload(clavis_advice_cache_t *c, int fd, const struct stat *st)
+{
+	char *text;
+
+	clavis_advice_free(&c->adv);
+	c->have = 1;
+	c->ok = 0;
+	c->dev = st->st_dev;
+	c->ino = st->st_ino;
+	c->size = st->st_size;
+	c->mtime = st->st_mtim;
+	if (!(text = _read_all(fd, (size_t)st->st_size, &c->why)))
+		return;
+	c->ok = !clavis_advice_parse(text, (size_t)st->st_size, &c->adv,
+				     &c->why);
+	free(text);
+}
+
+const clavis_advice_t *clavis_advice_load(clavis_advice_cache_t *c, double now,
+					  const char **why, int *changed)
+{
+	struct stat st;
+	int fd;
+
+	*changed = 0;
+	fd = open(c->path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+	if (fd < 0) {
+		*why = errno == ENOENT ? "missing" : "cannot be opened";
+		return NULL;
+	}
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		(void)close(fd);
+		*why = "not a regular file";
+		return NULL;
+	}
+	if ((size_t)st.st_size > c->max_bytes) {
+		(void)close(fd);
+		*why = "larger than its size limit";
+		return NULL;
+	}
+	if (!_same_file(c, &st)) {
+		_reload(c, fd, &st);
+		*changed = 1;
+	}
+	(void)close(fd);
+	if (!c->ok) {
+		*why = c->why;
+		return NULL;
+	}
+	if (!clavis_advice_fresh(&c->adv, now)) {
+		*why = "stale (older than its valid_s)";
+		return NULL;
+	}
+	return &c->adv;
+}
+
+void clavis_advice_cache_free(clavis_advice_cache_t *c)
+{
+	clavis_advice_free(&c->adv);
+	c->have = c->ok = 0;
+}

@@ -1,0 +1,86 @@
+/*
+ * clavis_advice.h - clavisd's advice file (docs/clavisd.md, advice.schema.json v1)
+ * read for select_clavis.so: bounded, non-blocking, cached by the file's identity.
+ * Independent of Slurm, so the parser can be tested with garbage on its own.
+ */
+#ifndef CLAVIS_ADVICE_H
+#define CLAVIS_ADVICE_H
+
+#include <stddef.h>
+#include <sys/types.h>
+#include <time.h>
+
+#define CLAVIS_ADVICE_MAX_BYTES_DEFAULT (4 << 20) /* ~20000 nodes */
+#define CLAVIS_ADVICE_MAX_NODES 65536
+
+typedef enum {
+	ADV_UNKNOWN = 0,
+	ADV_DEVIL_FREE,
+	ADV_OK, /* devils within the host's tolerance */
+	ADV_CONTENDED,
+} clavis_contention_t;
+
+typedef enum { ADV_CLASS_UNKNOWN = 0, ADV_CLASS_DEVIL, ADV_CLASS_TURTLE } clavis_class_t;
+
+typedef struct {
+	char *node;
+	char *host;
+	char *rack;
+	clavis_contention_t contention;
+	clavis_class_t node_class;
+} clavis_advice_node_t;
+
+typedef struct {
+	double generated; /* seconds since the epoch */
+	double valid_s;
+	size_t n;
+	clavis_advice_node_t *nodes; /* sorted by node name */
+} clavis_advice_t;
+
+/* Parse a document. RET 0, or -1 with a static reason in *why. */
+int clavis_advice_parse(const char *text, size_t len, clavis_advice_t *out,
+			const char **why);
+void clavis_advice_free(clavis_advice_t *adv);
+
+/* RET 1 if the advice is not older than its valid_s at `now` (and not from the
+ * future by more than valid_s), else 0. */
+int clavis_advice_fresh(const clavis_advice_t *adv, double now);
+
+/* The entry of node `name`, or NULL (binary search). */
+const clavis_advice_node_t *clavis_advice_find(const clavis_advice_t *adv,
+					       const char *name);
+
+/* RET 1 if some node of `host` runs a devil or the host is ok/contended. */
+int clavis_advice_host_has_devil(const clavis_advice_t *adv, const char *host);
+
+/* Seconds since the epoch from an RFC 3339 date-time with a zone
+ * (2026-11-22T19:45:05.25Z, ...+01:00). RET 0, -1 if malformed. */
+int clavis_rfc3339(const char *text, double *out);
+
+/*
+ * A file read at most once per change: open(O_NONBLOCK), fstat, refused unless a
+ * regular file of at most max_bytes; parsed again only when its (inode, size, mtime)
+ * changed. A failed read or parse is cached too (no retry until the file changes).
+ */
+typedef struct {
+	const char *path;
+	size_t max_bytes;
+	/* identity of what was read last */
+	dev_t dev;
+	ino_t ino;
+	off_t size;
+	struct timespec mtime;
+	int have; /* something was read */
+	int ok; /* ... and it parsed */
+	const char *why; /* if not ok */
+	clavis_advice_t adv;
+} clavis_advice_cache_t;
+
+/* The advice if the file is readable, valid and fresh at `now`, else NULL with a
+ * static reason in *why. *changed is set when the file was (re)read this call. */
+const clavis_advice_t *clavis_advice_load(clavis_advice_cache_t *cache,
+					  double now, const char **why,
+					  int *changed);
+void clavis_advice_cache_free(clavis_advice_cache_t *cache);
+
+#endif /* CLAVIS_ADVICE_H */

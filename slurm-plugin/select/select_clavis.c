@@ -1,0 +1,502 @@
+/*
+ * select_clavis.c - select/cons_tres, narrowed by clavisd's advice at job test.
+ *
+ * Every select call is forwarded to select/cons_tres, loaded through Slurm's plugin
+ * API with the symbol table of clavis_slurm_compat.h, checked at init(). Only
+ * select_p_job_test in SELECT_MODE_RUN_NOW is changed: with fresh, valid advice a job
+ * hinted devil (sbatch --clavis-class=devil, which spank_clavis.so puts in the job's
+ * SPANK job control environment as CLAVIS_CLASS) first tries the nodes whose host runs
+ * no devil, and a multi-node job first tries the rack with the most usable nodes.
+ * Whenever the narrowed set cannot place the job, cons_tres gets the unmodified set:
+ * no job waits that stock Slurm would have started. Missing, stale, corrupt or huge
+ * advice is logged once per change and leaves every call as cons_tres.
+ *
+ * The advice file is read only from job test, only when its (inode, size, mtime)
+ * changed, at most AdviceMaxBytes, with a non-blocking open of a regular file: a
+ * local file read at worst, no network I/O.
+ *
+ * Configuration, select_clavis.conf beside slurm.conf (optional):
+ *   AdvicePath=/run/clavis/advice.json
+ *   AdviceMaxBytes=4194304
+ */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "src/common/slurm_xlator.h"
+
+#include "clavis_slurm_compat.h"
+
+#include "src/common/bitstring.h"
+#include "src/common/log.h"
+#include "src/common/node_conf.h"
+#include "src/common/plugin.h"
+#include "src/common/read_config.h"
+#include "src/common/xmalloc.h"
+#include "src/common/xstring.h"
+#include "src/slurmctld/slurmctld.h"
+
+#include "clavis_advice.h"
+
+#define SELECT_PLUGIN_CLAVIS 190 /* unique among select plugin ids (>= 100) */
+#define DEFAULT_ADVICE "/run/clavis/advice.json"
+#define CONF_FILE "select_clavis.conf"
+#define CLASS_ENV "CLAVIS_CLASS="
+
+const char plugin_name[] = "Clavis advice over cons_tres selection plugin";
+const char plugin_type[] = "select/clavis";
+const uint32_t plugin_id = SELECT_PLUGIN_CLAVIS;
+const uint32_t plugin_version = SLURM_VERSION_NUMBER;
+
+static const char *cons_syms[] = { CLAVIS_SELECT_SYMS };
+static slurm_select_ops_t cons;
+static plugin_context_t *cons_ctx;
+
+static char *advice_path;
+static clavis_advice_cache_t advice;
+static pthread_mutex_t advice_lock = PTHREAD_MUTEX_INITIALIZER;
+static const char *last_why; /* what was logged last about the advice */
+
+/* key=value lines of select_clavis.conf; an unknown key is an error (logged). */
+static void _read_conf(void)
+{
+	char *path = get_extra_conf_path(CONF_FILE);
+	char line[1024], *val;
+	FILE *f;
+	long n;
+
+	advice.max_bytes = CLAVIS_ADVICE_MAX_BYTES_DEFAULT;
+	if (!(f = fopen(path, "r"))) {
+		xfree(path);
+		return;
+	}
+	while (fgets(line, sizeof(line), f)) {
+		line[strcspn(line, "\r\n")] = '\0';
+		if (!line[0] || line[0] == '#')
+			continue;
+		if (!(val = strchr(line, '='))) {
+			error("%s: %s: line '%s' ignored", plugin_type, path, line);
+			continue;
+		}
+		*val++ = '\0';
+		if (!xstrcasecmp(line, "AdvicePath") && val[0] == '/') {
+			xfree(advice_path);
+			advice_path = xstrdup(val);
+		} else if (!xstrcasecmp(line, "AdviceMaxBytes") &&
+			   (n = strtol(val, NULL, 10)) > 0) {
+			advice.max_bytes = (size_t)n;
+		} else {
+			error("%s: %s: %s=%s ignored", plugin_type, path, line, val);
+		}
+	}
+	if (fclose(f))
+		error("%s: %s: close: %m", plugin_type, path);
+	xfree(path);
+}
+
+static double _now(void)
+{
+	struct timespec ts;
+
+	if (clock_gettime(CLOCK_REALTIME, &ts) < 0)
+		return (double)time(NULL);
+	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* The advice, or NULL (then logged once per reason). Holds advice_lock. */
+static const clavis_advice_t *_advice(void)
+{
+	const clavis_advice_t *adv;
+	const char *why = NULL;
+	int changed;
+
+	adv = clavis_advice_load(&advice, _now(), &why, &changed);
+	if (adv && (changed || last_why)) {
+		info("%s: advice %s: %zu nodes", plugin_type, advice_path, adv->n);
+		last_why = NULL;
+	} else if (!adv && why != last_why) {
+		info("%s: advice %s %s: placing as cons_tres", plugin_type,
+		     advice_path, why);
+		last_why = why;
+	}
+	return adv;
+}
+
+static int _job_is_devil(job_record_t *job_ptr)
+{
+	uint32_t i;
+
+	for (i = 0; i < job_ptr->spank_job_env_size; i++)
+		if (!xstrcmp(job_ptr->spank_job_env[i], CLASS_ENV "devil"))
+			return 1;
+	return 0;
+}
+
+/* Clear from `bm` the nodes whose host runs a devil by the advice. */
+static void _drop_devil_hosts(const clavis_advice_t *adv, bitstr_t *bm)
+{
+	const clavis_advice_node_t *a;
+	int i;
+
+	for (i = 0; i < node_record_count; i++) {
+		if (!bit_test(bm, i) || !CLAVIS_NODE(i))
+			continue;
+		a = clavis_advice_find(adv, CLAVIS_NODE(i)->name);
+		if (a && clavis_advice_host_has_devil(adv, a->host))
+			bit_clear(bm, i);
+	}
+}
+
+/* Keep in `bm` only the rack with the most nodes of `bm` (nodes without advice
+ * count as no rack and are dropped). RET 0, -1 if no rack has min_nodes. */
+static int _keep_best_rack(const clavis_advice_t *adv, bitstr_t *bm,
+			   uint32_t min_nodes)
+{
+	const clavis_advice_node_t *a, *b;
+	const char *best = NULL;
+	int i, j, count, best_count = 0;
+
+	for (i = 0; i < node_record_count; i++) {
+		if (!bit_test(bm, i) || !CLAVIS_NODE(i) ||
+		    !(a = clavis_advice_find(adv, CLAVIS_NODE(i)->name)))
+			continue;
+		count = 0;
+		for (j = 0; j < node_record_count; j++)
+			if (bit_test(bm, j) && CLAVIS_NODE(j) &&
+			    (b = clavis_advice_find(adv, CLAVIS_NODE(j)->name)) &&
+			    !strcmp(a->rack, b->rack))
+				count++;
+		if (count > best_count) {
+			best_count = count;
+			best = a->rack;
+		}
+	}
+	if (!best || best_count < (int)min_nodes)
+		return -1;
+	for (i = 0; i < node_record_count; i++) {
+		if (!bit_test(bm, i))
+			continue;
+		a = CLAVIS_NODE(i) ?
+			    clavis_advice_find(adv, CLAVIS_NODE(i)->name) :
+			    NULL;
+		if (!a || strcmp(a->rack, best))
+			bit_clear(bm, i);
+	}
+	return 0;
+}
+
+/*
+ * The advised candidate set for a job, or NULL when the advice says nothing for it
+ * (then the caller uses the unmodified set). Holds advice_lock.
+ */
+static bitstr_t *_advised(job_record_t *job_ptr, bitstr_t *bitmap,
+			  uint32_t min_nodes)
+{
+	const clavis_advice_t *adv = _advice();
+	int devil = _job_is_devil(job_ptr), narrowed = 0;
+	bitstr_t *bm;
+
+	if (!adv || (!devil && min_nodes < 2))
+		return NULL;
+	bm = bit_copy(bitmap);
+	if (devil) {
+		_drop_devil_hosts(adv, bm);
+		narrowed = 1;
+	}
+	if (min_nodes >= 2 && !_keep_best_rack(adv, bm, min_nodes))
+		narrowed = 1;
+	if (!narrowed || bit_set_count(bm) < (int)min_nodes ||
+	    bit_equal(bm, bitmap)) {
+		FREE_NULL_BITMAP(bm);
+		return NULL;
+	}
+	return bm;
+}
+
+/* Required plugin symbols */
+
+/* RET SLURM_SUCCESS, or SLURM_ERROR when select/cons_tres cannot be loaded. */
+extern int init(void)
+{
+	if (sizeof(cons_syms) != sizeof(cons)) {
+		error("%s: symbol table does not match slurm_select_ops_t of Slurm %s",
+		      plugin_type, SLURM_VERSION_STRING);
+		return SLURM_ERROR;
+	}
+	cons_ctx = plugin_context_create("select", "select/cons_tres",
+					 (void **)&cons, cons_syms,
+					 sizeof(cons_syms));
+	if (!cons_ctx) {
+		error("%s: cannot load select/cons_tres", plugin_type);
+		return SLURM_ERROR;
+	}
+	_read_conf();
+	if (!advice_path)
+		advice_path = xstrdup(DEFAULT_ADVICE);
+	advice.path = advice_path;
+	verbose("%s loaded (advice %s, at most %zu bytes)", plugin_type,
+		advice_path, advice.max_bytes);
+	return SLURM_SUCCESS;
+}
+
+extern int fini(void)
+{
+	int rc = SLURM_SUCCESS;
+
+	if (cons_ctx)
+		rc = plugin_context_destroy(cons_ctx);
+	cons_ctx = NULL;
+	slurm_mutex_lock(&advice_lock);
+	clavis_advice_cache_free(&advice);
+	xfree(advice_path);
+	advice.path = NULL;
+	slurm_mutex_unlock(&advice_lock);
+	return rc;
+}
+
+/* The select API, in the order of slurm_select_ops_t: cons_tres's, except job_test. */
+
+extern int select_p_state_save(char *dir_name)
+{
+	return cons.state_save(dir_name);
+}
+
+extern int select_p_state_restore(char *dir_name)
+{
+	return cons.state_restore(dir_name);
+}
+
+extern int select_p_job_init(List job_list)
+{
+	return cons.job_init(job_list);
+}
+
+extern int select_p_node_init(void)
+{
+	return cons.node_init();
+}
+
+/*
+ * IN/OUT job_ptr, bitmap (usable nodes in, chosen nodes out), IN the rest: as
+ * cons_tres. In RUN_NOW mode without preemption and without required nodes, first
+ * the advised subset, then (if that fails) the unmodified set.
+ * RET cons_tres's answer for the set it finally got.
+ */
+extern int select_p_job_test(job_record_t *job_ptr, bitstr_t *bitmap,
+			     uint32_t min_nodes, uint32_t max_nodes,
+			     uint32_t req_nodes, uint16_t mode,
+			     List preemptee_candidates,
+			     List *preemptee_job_list,
+			     bitstr_t *exc_core_bitmap)
+{
+	bitstr_t *bm = NULL;
+	int rc;
+
+	if ((mode & SELECT_MODE_BASE) == SELECT_MODE_RUN_NOW &&
+	    !preemptee_candidates && job_ptr->details &&
+	    !job_ptr->details->req_node_bitmap) {
+		slurm_mutex_lock(&advice_lock);
+		bm = _advised(job_ptr, bitmap, min_nodes);
+		slurm_mutex_unlock(&advice_lock);
+	}
+	if (bm) {
+		rc = cons.job_test(job_ptr, bm, min_nodes, max_nodes, req_nodes,
+				   mode, preemptee_candidates,
+				   preemptee_job_list, exc_core_bitmap);
+		if (rc == SLURM_SUCCESS) {
+			log_flag(SELECT_TYPE, "%s: %pJ placed on advised nodes",
+				 plugin_type, job_ptr);
+			bit_copybits(bitmap, bm);
+			FREE_NULL_BITMAP(bm);
+			return rc;
+		}
+		log_flag(SELECT_TYPE, "%s: %pJ: advised nodes cannot take it now; all candidates",
+			 plugin_type, job_ptr);
+		FREE_NULL_BITMAP(bm);
+	}
+	return cons.job_test(job_ptr, bitmap, min_nodes, max_nodes, req_nodes,
+			     mode, preemptee_candidates, preemptee_job_list,
+			     exc_core_bitmap);
+}
+
+extern int select_p_job_begin(job_record_t *job_ptr)
+{
+	return cons.job_begin(job_ptr);
+}
+
+extern int select_p_job_ready(job_record_t *job_ptr)
+{
+	return cons.job_ready(job_ptr);
+}
+
+extern int select_p_job_expand(job_record_t *from_job_ptr,
+			       job_record_t *to_job_ptr)
+{
+	return cons.job_expand(from_job_ptr, to_job_ptr);
+}
+
+extern int select_p_job_resized(job_record_t *job_ptr, node_record_t *node_ptr)
+{
+	return cons.job_resized(job_ptr, node_ptr);
+}
+
+extern int select_p_job_signal(job_record_t *job_ptr, int signal)
+{
+	return cons.job_signal(job_ptr, signal);
+}
+
+extern int select_p_job_fini(job_record_t *job_ptr)
+{
+	return cons.job_fini(job_ptr);
+}
+
+extern int select_p_job_suspend(job_record_t *job_ptr, bool indf_susp)
+{
+	return cons.job_suspend(job_ptr, indf_susp);
+}
+
+extern int select_p_job_resume(job_record_t *job_ptr, bool indf_susp)
+{
+	return cons.job_resume(job_ptr, indf_susp);
+}
+
+extern bitstr_t *select_p_step_pick_nodes(job_record_t *job_ptr,
+					  select_jobinfo_t *jobinfo,
+					  uint32_t node_count,
+					  bitstr_t **avail_nodes)
+{
+	return cons.step_pick_nodes(job_ptr, jobinfo, node_count, avail_nodes);
+}
+
+extern int select_p_step_start(step_record_t *step_ptr)
+{
+	return cons.step_start(step_ptr);
+}
+
+extern int select_p_step_finish(step_record_t *step_ptr, bool killing_step)
+{
+	return cons.step_finish(step_ptr, killing_step);
+}
+
+extern int select_p_select_nodeinfo_pack(select_nodeinfo_t *nodeinfo,
+					 buf_t *buffer,
+					 uint16_t protocol_version)
+{
+	return cons.nodeinfo_pack(nodeinfo, buffer, protocol_version);
+}
+
+extern int select_p_select_nodeinfo_unpack(select_nodeinfo_t **nodeinfo,
+					   buf_t *buffer,
+					   uint16_t protocol_version)
+{
+	return cons.nodeinfo_unpack(nodeinfo, buffer, protocol_version);
+}
+
+extern select_nodeinfo_t *select_p_select_nodeinfo_alloc(void)
+{
+	return cons.nodeinfo_alloc();
+}
+
+extern int select_p_select_nodeinfo_free(select_nodeinfo_t *nodeinfo)
+{
+	return cons.nodeinfo_free(nodeinfo);
+}
+
+extern int select_p_select_nodeinfo_set_all(void)
+{
+	return cons.nodeinfo_set_all();
+}
+
+extern int select_p_select_nodeinfo_set(job_record_t *job_ptr)
+{
+	return cons.nodeinfo_set(job_ptr);
+}
+
+extern int select_p_select_nodeinfo_get(select_nodeinfo_t *nodeinfo,
+					enum select_nodedata_type dinfo,
+					enum node_states state, void *data)
+{
+	return cons.nodeinfo_get(nodeinfo, dinfo, state, data);
+}
+
+extern select_jobinfo_t *select_p_select_jobinfo_alloc(void)
+{
+	return cons.jobinfo_alloc();
+}
+
+extern int select_p_select_jobinfo_free(select_jobinfo_t *jobinfo)
+{
+	return cons.jobinfo_free(jobinfo);
+}
+
+extern int select_p_select_jobinfo_set(select_jobinfo_t *jobinfo,
+				       enum select_jobdata_type data_type,
+				       void *data)
+{
+	return cons.jobinfo_set(jobinfo, data_type, data);
+}
+
+extern int select_p_select_jobinfo_get(select_jobinfo_t *jobinfo,
+				       enum select_jobdata_type data_type,
+				       void *data)
+{
+	return cons.jobinfo_get(jobinfo, data_type, data);
+}
+
+extern select_jobinfo_t *select_p_select_jobinfo_copy(select_jobinfo_t *jobinfo)
+{
+	return cons.jobinfo_copy(jobinfo);
+}
+
+extern int select_p_select_jobinfo_pack(select_jobinfo_t *jobinfo,
+					buf_t *buffer,
+					uint16_t protocol_version)
+{
+	return cons.jobinfo_pack(jobinfo, buffer, protocol_version);
+}
+
+extern int select_p_select_jobinfo_unpack(select_jobinfo_t **jobinfo,
+					  buf_t *buffer,
+					  uint16_t protocol_version)
+{
+	return cons.jobinfo_unpack(jobinfo, buffer, protocol_version);
+}
+
+extern char *select_p_select_jobinfo_sprint(select_jobinfo_t *jobinfo,
+					    char *buf, size_t size, int mode)
+{
+	return cons.jobinfo_sprint(jobinfo, buf, size, mode);
+}
+
+extern char *select_p_select_jobinfo_xstrdup(select_jobinfo_t *jobinfo,
+					     int mode)
+{
+	return cons.jobinfo_xstrdup(jobinfo, mode);
+}
+
+extern int select_p_get_info_from_plugin(enum select_plugindata_info dinfo,
+					 job_record_t *job_ptr, void *data)
+{
+	return cons.get_info_from_plugin(dinfo, job_ptr, data);
+}
+
+extern int select_p_update_node_config(int index)
+{
+	return cons.update_node_config(index);
+}
+
+extern int select_p_reconfigure(void)
+{
+	return cons.reconfigure();
+}
+
+extern bitstr_t *select_p_resv_test(resv_desc_msg_t *resv_desc_ptr,
+				    uint32_t node_cnt, bitstr_t *avail_bitmap,
+				    bitstr_t **core_bitmap)
+{
+	return cons.resv_test(resv_desc_ptr, node_cnt, avail_bitmap,
+			      core_bitmap);
+}
