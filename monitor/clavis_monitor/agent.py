@@ -95,6 +95,7 @@ class Agent:
         self._limits: dict[str, tuple[int, int]] = {}
         self._cgroup_jobs: dict[str, list[int]] = {}
         self._last_cpu: dict[str, tuple[int, float]] = {}
+        self.unsupported: dict[str, str] = {}  # container -> why it has no intensity
         self._last_counts: dict[str, Counts] = {}
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -268,6 +269,7 @@ class Agent:
         power = self.state.get("power", "host")
         jobs = self.registry.node_jobs()
         samples = []
+        unsupported: dict[str, str] = {}
         for c in self.containers:
             cv = cpu.get(c.name)
             if cv is None:
@@ -279,6 +281,8 @@ class Agent:
             else:
                 why = self.perf_state if self.counters is None else "no counter reading yet"
                 iv = Intensity(None, "unsupported", why)
+            if iv.mpki is None:
+                unsupported[c.name] = iv.reason
             tv = traffic.get(c.name)
             peers: tuple[PeerRate, ...] = tv.value if tv is not None else ()
             job = jobs.get(c.name)
@@ -297,6 +301,7 @@ class Agent:
                 )
             )
         host = self.state.get("cpu", "host")
+        self.unsupported = unsupported  # the report carries no reason: /metrics shows it
         return MonitorReport(
             host=self.cfg.host,
             timestamp=dt.datetime.now(dt.UTC),
@@ -373,6 +378,15 @@ class Agent:
                         ({"container": c.name, "source": c.intensity_source}, c.intensity_mpki)
                         for c in r.containers
                         if c.intensity_mpki is not None
+                    ),
+                ),
+                Metric(
+                    "clavis_monitor_container_intensity_unsupported",
+                    "1 per container whose intensity is unsupported, with the reason.",
+                    "gauge",
+                    tuple(
+                        ({"container": name, "reason": why}, 1.0)
+                        for name, why in sorted(self.unsupported.items())
                     ),
                 ),
                 Metric(
