@@ -112,16 +112,14 @@ def login(client: TestClient, user: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {r.json()['token']}"}
 
 
-def store_rows(
-    url: str, *, skip: tuple[str, ...] = ("nonces",)
-) -> dict[str, list[tuple[Any, ...]]]:
+def store_rows(url: str, *, skip: tuple[str, ...] = ("nonces",)) -> dict[str, list[dict[str, Any]]]:
     """Every row of every store table but ``skip``, read without clavisd's Store (which would
     migrate); each table's rows sorted, so two reads compare equal when nothing changed."""
     engine = create_engine(url)
     try:
         with engine.connect() as conn:
             return {
-                name: sorted((tuple(r) for r in conn.execute(select(table))), key=repr)
+                name: sorted((dict(r._mapping) for r in conn.execute(select(table))), key=repr)
                 for name, table in t.meta.tables.items()
                 if name not in skip
             }

@@ -9,7 +9,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,11 +31,13 @@ class Daemon:
         self.config, self.port, self.log = config, port, log
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> None:
+    def start(self, env: Mapping[str, str] | None = None) -> None:
+        """Start clavisd with this process's environment plus ``env``."""
         exe = Path(sys.executable).parent / "clavisd"
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen([str(exe), "--config", str(self.config)],
-                                         stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+                                         stdout=log, stderr=subprocess.STDOUT,
+                                         env={**os.environ, **(env or {})})  # fmt: skip
         wait_for(self._healthy, 60, "clavisd to answer /health")
 
     def _healthy(self) -> bool:

@@ -12,6 +12,7 @@ else imports it). The real agent is clavis-migrator (a later issue).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -39,12 +40,20 @@ NOTHING_MOVED = "protocol recorder (tests only): nothing was moved"
 
 
 class ProtocolRecorder:
-    def __init__(self, delay_s: float) -> None:
+    """``hold_first_answer``: the first step sent is recorded, then its answer is held until
+    ``release`` is set (``held`` says it is being held), so a test can kill clavisd between
+    a dispatch and the agent's answer."""
+
+    def __init__(self, delay_s: float, *, hold_first_answer: bool = False) -> None:
         if "PYTEST_CURRENT_TEST" not in os.environ:
             raise RuntimeError("the protocol recorder runs only inside a pytest test")
         self.delay_s = delay_s
         self.record = Record()
         self.lock = threading.Lock()
+        self.hold_first_answer = hold_first_answer
+        self.held = threading.Event()
+        self.release = threading.Event()
+        self.held_step = ""
         self.nonces = NonceCache(30)
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.port = self.server.server_address[1]
@@ -55,6 +64,7 @@ class ProtocolRecorder:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.release.set()
         self.server.shutdown()
         self.server.server_close()
 
@@ -106,6 +116,15 @@ class ProtocolRecorder:
                     agent.record.accepted.setdefault(step.step_id, time.time())
                     agent.record.steps[step.step_id] = step
                     out = agent.status(step.step_id)
+                    hold = agent.hold_first_answer and not agent.held.is_set()
+                    if hold:
+                        agent.held_step = step.step_id
+                        agent.held.set()
+                if hold:
+                    agent.release.wait(120)
+                    with contextlib.suppress(OSError):  # the asker may be gone (killed)
+                        self._answer(200, out.model_dump_json())
+                    return
                 self._answer(200, out.model_dump_json())
 
             def do_GET(self) -> None:
