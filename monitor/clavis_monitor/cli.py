@@ -80,10 +80,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (StartError, OSError, ValueError) as exc:
         print(f"clavis-monitor: cannot start: {exc}", file=sys.stderr)
         return 1
+    try:
+        http = (
+            serve(cfg.metrics.listen, cfg.metrics.port, agent.metrics) if cfg.metrics.port else None
+        )
+    except OSError as exc:
+        server.close()
+        print(
+            f"clavis-monitor: cannot start: /metrics on {cfg.metrics.listen}:{cfg.metrics.port}: "
+            f"{exc.strerror or exc}",
+            file=sys.stderr,
+        )
+        return 1
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    http = serve(cfg.metrics.listen, cfg.metrics.port, agent.metrics) if cfg.metrics.port else None
     server.start()
     agent.start()
     log.info("host=%s started: perf=%s", cfg.host, agent.perf_state)

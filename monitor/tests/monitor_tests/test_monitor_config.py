@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
+import socket
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from clavis_monitor.cli import main
 from clavis_monitor.config import Config, ConfigError, load, parse
+
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_defaults_are_the_documented_ones() -> None:
@@ -54,6 +60,73 @@ def test_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
 
 
 def test_the_sample_config_is_the_defaults() -> None:
-    sample = Path(__file__).resolve().parents[3] / "deploy" / "config" / "monitor.toml.sample"
+    sample = REPO / "deploy" / "config" / "monitor.toml.sample"
     cfg = load(sample)
     assert cfg == parse({"host": cfg.host})
+
+
+def test_a_busy_metrics_port_stops_the_start_with_a_message(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    secret = tmp_path / "secret"
+    secret.write_text("0123456789abcdef0123\n")
+    secret.chmod(0o600)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        cfg = tmp_path / "m.toml"
+        cfg.write_text(
+            f'[clavisd]\nsecret_file = "{secret}"\n[spool]\ndir = "{tmp_path}/spool"\n'
+            f'[registration]\nsocket = "{tmp_path}/m.sock"\n[metrics]\nport = {port}\n'
+            '[traffic]\nbackend = "none"\n'
+        )
+        assert main(["--config", str(cfg)]) == 1
+    err = capsys.readouterr().err
+    assert f"cannot start: /metrics on 127.0.0.1:{port}" in err, err
+    assert not (tmp_path / "m.sock").exists()  # nothing of the agent stays
+
+
+def _toml(value: Any) -> str:
+    """A default as the docs write it (TOML)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, tuple):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + "}"
+    return repr(value)
+
+
+def test_docs_list_every_option_with_its_default() -> None:
+    """docs/monitor.md has a table per config section; each option's row must give the
+    default the code has (the host name's default is described, not a value)."""
+    text = (REPO / "docs" / "monitor.md").read_text()
+    tables: dict[str, dict[str, str]] = {}
+    section = None
+    for line in text.splitlines():
+        head = re.match(r"^### (?:Top level|`\[(\w+)\]`)", line)
+        if head:
+            section = head.group(1) or ""
+            tables[section] = {}
+        elif line.startswith("## "):
+            section = None
+        elif section is not None and (row := re.match(r"^\| `(\w+)` \| ([^|]+) \|", line)):
+            tables[section][row.group(1)] = row.group(2)
+    defaults = Config()
+    for f in dataclasses.fields(Config):
+        value = getattr(defaults, f.name)
+        if dataclasses.is_dataclass(value):
+            rows = tables.get(f.name)
+            assert rows is not None, f"docs/monitor.md has no [{f.name}] table"
+            for sub in dataclasses.fields(value):
+                cell = rows.get(sub.name)
+                assert cell is not None, f"{f.name}.{sub.name} is not documented"
+                want = f"`{_toml(getattr(value, sub.name))}`"
+                assert want in cell, f"{f.name}.{sub.name}: docs say {cell.strip()}, code {want}"
+            assert set(rows) == {s.name for s in dataclasses.fields(value)}, f.name
+        elif f.name != "host":
+            assert f"`{_toml(value)}`" in tables[""][f.name], f.name
+    assert "host" in tables[""]
