@@ -185,13 +185,17 @@ class Samples:
     scrape_errors: list[str] = field(default_factory=list)
 
 
-def measure(pid: int, seconds: float, metrics_port: int) -> Samples:
+def measure(agent: subprocess.Popen[bytes], seconds: float, metrics_port: int) -> Samples:
+    """One sample a second, on a fixed schedule; an agent that exits ends the run."""
+    pid = agent.pid
     s = Samples()
     start = time.monotonic()
     next_scrape = start + SCRAPE_S
     k = 0
     while True:
         now = time.monotonic()
+        if agent.poll() is not None:
+            raise RuntimeError(f"the agent exited ({agent.returncode}) during the run")
         s.t.append(now)
         s.cpu_ns.append(tree_cpu_ns(pid))
         s.rss_mb.append(rss_mb(pid))
@@ -279,7 +283,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if agent.poll() is not None:
                 raise RuntimeError(f"agent exited: {(tmp / 'monitor.log').read_text()}")
             ticks0 = tick_cpu_s(agent.pid)
-            samples = measure(agent.pid, args.seconds, metrics_port)
+            samples = measure(agent, args.seconds, metrics_port)
             facts = RunFacts(
                 ticks_cpu_s=tick_cpu_s(agent.pid) - ticks0,
                 final=scrape(metrics_port),
@@ -290,6 +294,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             facts.exit_code = stop(agent)
             facts.log_tail = (tmp / "monitor.log").read_text().strip().splitlines()[-5:]
             facts.stored = clavisd.stored_reports("h1")
+        except BaseException:
+            log_file = tmp / "monitor.log"
+            if log_file.exists():  # the directory goes with the run: show the agent's last words
+                print(log_file.read_text()[-3000:], file=sys.stderr)
+            raise
         finally:
             if agent is not None:
                 stop(agent)
