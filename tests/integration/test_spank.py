@@ -1,0 +1,247 @@
+"""spank_clavis.so on the testbed: real sbatch/srun jobs on the LXC nodes, the plugin in
+plugstack.conf, and the monitor's real registration server (clavis_monitor.registry,
+which validates every line against the v1 contract) on a socket the nodes can reach.
+
+One witness per hook: the batch step and an srun step are registered (post_fork) with
+the right job, step and node, and deregistered (exit); a bad --clavis-class is refused
+by sbatch (the option callback); with the socket absent or mute the job runs normally,
+starts within the plugin's budget, and the node's log has one line about it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from clavis_contracts.registration import DeregisterStep, RegisterStep, RegistrationRequest
+from clavis_monitor.registry import RegistrationServer, Registry
+
+from . import tb
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(not tb.is_root(), reason="the testbed needs root"),
+]
+
+PLUGIN_DIR = tb.REPO / "slurm-plugin"
+PLUGSTACK = tb.RUN_DIR / "etc" / "plugstack.conf"  # beside slurm.conf: Slurm's default
+BATCH_STEP = 4294967291
+BUDGET_MS = 200
+
+
+class RecordingRegistry(Registry):
+    """The monitor's registry, keeping every accepted request for the test to read."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.requests: list[RegisterStep | DeregisterStep] = []
+
+    def apply(self, request: RegistrationRequest, now: float) -> str | None:
+        self.requests.append(request.root)
+        return super().apply(request, now)
+
+
+@pytest.fixture(scope="module")
+def plugin(testbed: dict[str, Any]) -> Iterator[Path]:
+    """The freshly built .so in the shared directory (same path on every node); the
+    plugstack.conf written by each test is removed at the end (stock Slurm again)."""
+    subprocess.run(["make", "-C", str(PLUGIN_DIR)], check=True, timeout=300, capture_output=True)
+    work = Path(testbed["shared_dir"]) / "clavis-spank"
+    work.mkdir(exist_ok=True)
+    so = work / "spank_clavis.so"
+    shutil.copy2(PLUGIN_DIR / "build" / "spank_clavis.so", so)
+    try:
+        yield so
+    finally:
+        PLUGSTACK.unlink(missing_ok=True)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def use_plugstack(so: Path, sock: Path) -> None:
+    PLUGSTACK.write_text(f"optional {so} socket={sock} timeout_ms={BUDGET_MS}\n")
+
+
+def sbatch(work: Path, node: str, body: str, *opts: str) -> tuple[int, str]:
+    """Submit, wait for the end (sbatch --wait); the job id and its output."""
+    script = work / f"job-{node}-{time.monotonic_ns()}.sh"
+    script.write_text("#!/bin/bash\n" + body)
+    out = script.with_suffix(".out")
+    jid = tb.slurm(
+        ["sbatch", "--parsable", "--wait", "-w", node, "-D", str(work), "-o", str(out),
+         "-t", "2", *opts, str(script)],
+        timeout=120,
+    )  # fmt: skip
+    return int(jid.strip().split(";")[0]), out.read_text()
+
+
+def job_state(job_id: int) -> str:
+    out = tb.slurm(["scontrol", "show", "job", "-o", str(job_id)])
+    fields = dict(f.split("=", 1) for f in out.split() if "=" in f)
+    return f"{fields['JobState']} {fields['ExitCode']}"
+
+
+def node_log(node: str) -> str:
+    return (tb.RUN_DIR / "containers" / node / "var" / "log" / "slurmd.log").read_text(
+        errors="replace"
+    )
+
+
+def clavis_lines(node: str, job_id: int) -> list[str]:
+    return [
+        ln
+        for ln in node_log(node).splitlines()
+        if "spank: clavis:" in ln and f"JobId={job_id} " in ln
+    ]
+
+
+def wait_for(pred: Any, timeout: float = 15.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.1)
+    return bool(pred())
+
+
+def test_steps_are_registered_and_deregistered(plugin: Path) -> None:
+    work = plugin.parent
+    sock = work / "monitor.sock"
+    reg = RecordingRegistry()
+    server = RegistrationServer(sock, reg, timeout_s=2.0).start()
+    try:
+        use_plugstack(plugin, sock)
+        node = "r1h2c1"
+        job_id, out = sbatch(
+            work, node, "srun -n1 sleep 0.5\necho step-done\n", "--clavis-class=devil"
+        )
+        assert "step-done" in out
+        assert job_state(job_id) == "COMPLETED 0:0"
+        # the batch step's deregister comes as its slurmstepd ends, just after the job
+        assert wait_for(lambda: sum(isinstance(r, DeregisterStep) for r in reg.requests) >= 2)
+    finally:
+        server.close()
+    assert reg.refused == 0, reg.requests
+    regs = {r.step_id: r for r in reg.requests if isinstance(r, RegisterStep)}
+    deregs = {r.step_id: r for r in reg.requests if isinstance(r, DeregisterStep)}
+    assert set(regs) == {BATCH_STEP, 0}, reg.requests
+    assert set(deregs) == {BATCH_STEP, 0}, reg.requests
+    for r in [*regs.values(), *deregs.values()]:
+        assert (r.node, r.job_id) == (node, job_id)
+    for r in regs.values():
+        assert r.class_hint == "devil"
+        assert r.uid == 0  # the tests submit as root
+        assert len(r.pids) == 1 and r.pids[0] > 1
+        # proctrack/linuxproc on the testbed: no job cgroups to name
+        assert r.cgroups == []
+    assert regs[0].app == "sleep"
+    assert regs[BATCH_STEP].app is not None
+    assert reg.steps() == []  # every step the monitor learned of was taken back
+    # a registered step is logged at debug level only: nothing at info for this job
+    assert clavis_lines(node, job_id) == []
+
+
+def test_class_defaults_to_auto(plugin: Path) -> None:
+    work = plugin.parent
+    sock = work / "monitor.sock"
+    reg = RecordingRegistry()
+    server = RegistrationServer(sock, reg, timeout_s=2.0).start()
+    try:
+        use_plugstack(plugin, sock)
+        job_id, _ = sbatch(work, "r2h1c2", "true\n")
+    finally:
+        server.close()
+    regs = [r for r in reg.requests if isinstance(r, RegisterStep)]
+    assert [(r.node, r.job_id, r.class_hint) for r in regs] == [("r2h1c2", job_id, "auto")]
+
+
+def test_bad_class_is_refused_by_sbatch(plugin: Path) -> None:
+    use_plugstack(plugin, plugin.parent / "monitor.sock")
+    name = f"clavis-bad-{os.getpid()}"
+    cp = subprocess.run(
+        [str(tb.CLI), "exec", "--", "sbatch", "-J", name, "--clavis-class=angel", "--wrap", "true"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert cp.returncode != 0
+    assert "invalid --clavis-class='angel': must be auto, devil or turtle" in cp.stderr
+    assert name not in tb.slurm(["squeue", "-h", "-o", "%j"])
+    # and in the script: #SBATCH lines go through the same option callback
+    script = plugin.parent / "bad-class.sh"
+    script.write_text("#!/bin/bash\n#SBATCH --clavis-class=DEVIL\ntrue\n")
+    cp = subprocess.run(
+        [str(tb.CLI), "exec", "--", "sbatch", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert cp.returncode != 0
+    assert "invalid --clavis-class='DEVIL'" in cp.stderr
+
+
+def test_job_runs_when_the_socket_is_absent(plugin: Path) -> None:
+    work = plugin.parent
+    sock = work / "absent.sock"
+    sock.unlink(missing_ok=True)
+    use_plugstack(plugin, sock)
+    node = "r1h1c2"
+    t0 = time.monotonic()
+    job_id, out = sbatch(work, node, "echo ran\n", "--clavis-class=turtle")
+    assert time.monotonic() - t0 < 20
+    assert out == "ran\n"
+    assert job_state(job_id) == "COMPLETED 0:0"
+    lines = clavis_lines(node, job_id)
+    assert len(lines) == 1, lines  # one line, and no deregister attempt after it
+    assert "register not sent to" in lines[0] and "No such file or directory" in lines[0]
+
+
+def test_job_starts_within_the_budget_when_the_monitor_never_answers(plugin: Path) -> None:
+    work = plugin.parent
+    sock = work / "mute.sock"
+    sock.unlink(missing_ok=True)
+    accepted: list[float] = []
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as srv:
+        srv.bind(str(sock))
+        srv.listen(16)
+        srv.settimeout(0.2)
+        stop = threading.Event()
+        held: list[socket.socket] = []
+
+        def accept() -> None:  # takes connections, reads nothing, never answers
+            while not stop.is_set():
+                try:
+                    conn, _ = srv.accept()
+                except TimeoutError:
+                    continue
+                accepted.append(time.time())
+                held.append(conn)
+
+        t = threading.Thread(target=accept)
+        t.start()
+        try:
+            use_plugstack(plugin, sock)
+            node = "r2h2c2"
+            job_id, out = sbatch(work, node, "date +%s.%N\n")
+        finally:
+            stop.set()
+            t.join(5)
+            for c in held:
+                c.close()
+    assert job_state(job_id) == "COMPLETED 0:0"
+    assert len(accepted) == 1  # one attempt for the step, none at exit
+    started = float(out.strip())
+    # the task was held for the plugin's budget at most (plus the task's own start)
+    assert 0 < started - accepted[0] < BUDGET_MS / 1000 + 0.8, (started, accepted)
+    lines = clavis_lines(node, job_id)
+    assert len(lines) == 1 and "(timeout, budget 200 ms)" in lines[0], lines

@@ -1,0 +1,179 @@
+"""A private Slurm 22.05 cluster for the select plugin's tests: one slurmctld and a few
+slurmd (`slurmd -N`) on 127.0.0.1 with a port each (TESTBED-NOTES, layout ii), auth/none,
+in a directory of its own. It is not the testbed (no containers, no flock): it starts in
+a few seconds, and each test gets a fresh one with the SelectType it asks for."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+BUILD = REPO / "slurm-plugin" / "build"
+DEBIAN_PLUGINS = Path("/usr/lib/x86_64-linux-gnu/slurm-wlm")
+IDLE_DEADLINE_S = 30.0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class MiniCluster:
+    def __init__(self, root: Path, select: str, nodes: int = 4) -> None:
+        self.root, self.select, self.names = root, select, [f"n{i}" for i in range(1, nodes + 1)]
+        self.conf = root / "slurm.conf"
+        self.advice = root / "advice.json"
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def write_conf(self, advice_max_bytes: int | None = None) -> None:
+        for d in ("state", "log", "spool"):
+            (self.root / d).mkdir(parents=True, exist_ok=True)
+        r = self.root
+        lines = [
+            "ClusterName=clavistest",
+            "SlurmctldHost=localhost(127.0.0.1)",
+            f"SlurmctldPort={_free_port()}",
+            "SlurmUser=root",
+            "SlurmdUser=root",
+            "AuthType=auth/none",
+            "CredType=cred/none",
+            f"StateSaveLocation={r}/state",
+            f"SlurmdSpoolDir={r}/spool/%n",
+            f"SlurmctldPidFile={r}/slurmctld.pid",
+            f"SlurmdPidFile={r}/slurmd-%n.pid",
+            f"SlurmctldLogFile={r}/log/slurmctld.log",
+            f"SlurmdLogFile={r}/log/slurmd-%n.log",
+            f"PluginDir={DEBIAN_PLUGINS}:{BUILD}",
+            "ProctrackType=proctrack/linuxproc",
+            "TaskPlugin=task/none",
+            f"SelectType={self.select}",
+            "SelectTypeParameters=CR_Core",
+            "SchedulerType=sched/backfill",
+            "SlurmdParameters=config_overrides",
+            "ReturnToService=2",
+            "MpiDefault=none",
+            "JobCompType=jobcomp/none",
+            "JobAcctGatherType=jobacct_gather/none",
+            "AccountingStorageType=accounting_storage/none",
+            "SlurmctldDebug=verbose",
+            "DebugFlags=SelectType",
+        ]
+        for n in self.names:
+            lines.append(
+                f"NodeName={n} NodeHostname=localhost NodeAddr=127.0.0.1 Port={_free_port()} CPUs=1"
+            )
+        lines.append("PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
+        self.conf.write_text("\n".join(lines) + "\n")
+        (r / "cgroup.conf").write_text("CgroupPlugin=cgroup/v1\nCgroupAutomount=no\n")
+        conf = [f"AdvicePath={self.advice}"]
+        if advice_max_bytes is not None:
+            conf.append(f"AdviceMaxBytes={advice_max_bytes}")
+        (r / "select_clavis.conf").write_text("\n".join(conf) + "\n")
+        # the SPANK plugin carries --clavis-class to slurmctld; no monitor here
+        (r / "plugstack.conf").write_text(
+            f"optional {BUILD / 'spank_clavis.so'} socket={r}/no-monitor.sock\n"
+        )
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "SLURM_CONF": str(self.conf)}
+
+    def start(self, advice_max_bytes: int | None = None) -> None:
+        self.write_conf(advice_max_bytes)
+        out = open(self.root / "log" / "daemons.out", "ab")  # noqa: SIM115 - kept for the children
+        self.procs.append(
+            subprocess.Popen(
+                ["slurmctld", "-D", "-i", "-f", str(self.conf)],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.env(),
+            )
+        )
+        for n in self.names:
+            self.procs.append(
+                subprocess.Popen(
+                    ["slurmd", "-D", "-N", n, "-f", str(self.conf)],
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=self.env(),
+                )
+            )
+        out.close()
+        deadline = time.monotonic() + IDLE_DEADLINE_S
+        while time.monotonic() < deadline:
+            cp = self.run(["sinfo", "-N", "-h", "-o", "%N %T"], check=False)
+            states = dict(ln.split() for ln in cp.stdout.splitlines() if ln.strip())
+            if all(states.get(n) == "idle" for n in self.names):
+                return
+            time.sleep(0.3)
+        raise AssertionError(f"mini cluster not idle: {self.log()[-3000:]}")
+
+    def ctld_alive(self) -> bool:
+        return self.procs[0].poll() is None
+
+    def run(self, argv: list[str], check: bool = True) -> subprocess.CompletedProcess[str]:
+        cp = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=self.env(),
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
+        if check:
+            assert cp.returncode == 0, f"{argv} -> {cp.returncode}: {cp.stderr}"
+        return cp
+
+    def submit(self, *opts: str) -> int:
+        """A job that holds its nodes; returns once it runs (or raises)."""
+        out = self.run(["sbatch", "--parsable", "-o", "/dev/null", *opts, "--wrap", "sleep 300"])
+        return int(out.stdout.strip().split(";")[0])
+
+    def placed(self, job: int, timeout: float = 20.0) -> str:
+        """The job's node list once it runs; "PENDING" if it does not start in time."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            out = self.run(["squeue", "-h", "-j", str(job), "-o", "%T %N"]).stdout.split()
+            if out and out[0] == "RUNNING":
+                return out[1]
+            time.sleep(0.2)
+        return "PENDING"
+
+    def cancel_all(self) -> None:
+        self.run(["scancel", "--user=root"], check=False)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if not self.run(["squeue", "-h"], check=False).stdout.strip():
+                return
+            time.sleep(0.3)
+
+    def log(self) -> str:
+        p = self.root / "log" / "slurmctld.log"
+        return p.read_text(errors="replace") if p.exists() else ""
+
+    def stop(self) -> None:
+        if self.procs and self.ctld_alive():
+            self.cancel_all()
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(timeout=5)
+        self.procs.clear()
+
+
+def slurm_available() -> bool:
+    return bool(shutil.which("slurmctld")) and bool(shutil.which("slurmd")) and os.geteuid() == 0

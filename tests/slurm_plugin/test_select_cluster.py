@@ -1,0 +1,211 @@
+"""select_clavis.so loaded by a real slurmctld (a private 4-node cluster, minicluster.py),
+wrapping select/cons_tres: with no, corrupt, stale or huge advice it places a job
+sequence exactly as cons_tres does; with advice, a devil-hinted job avoids the hosts
+running devils and a 2-node job stays in one rack; when the advice would leave the job
+waiting, it runs where cons_tres puts it; garbage of every kind leaves slurmctld running."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from .minicluster import BUILD, REPO, MiniCluster, slurm_available
+
+pytestmark = pytest.mark.skipif(
+    not slurm_available(), reason="needs root and Slurm's daemons (make testbed-install)"
+)
+
+# host h1 = n1, n2 (rack r1); host h2 = n3, n4 (rack r2) unless a test says otherwise
+TOPOLOGY = {"n1": ("h1", "r1"), "n2": ("h1", "r1"), "n3": ("h2", "r2"), "n4": ("h2", "r2")}
+# 1-node, 2-node, then 1-node jobs, one hinted devil: holds all four nodes at the end
+SEQUENCE: list[tuple[str, ...]] = [("-N1",), ("-N2",), ("-N1", "--clavis-class=devil")]
+
+
+def advice_doc(
+    classes: dict[str, str],
+    topology: dict[str, tuple[str, str]] = TOPOLOGY,
+    age_s: float = 0.0,
+) -> dict[str, object]:
+    """An advice file of schema v1; hosts with a devil node are 'ok', others devil-free."""
+    devil_hosts = {topology[n][0] for n, c in classes.items() if c == "devil"}
+    generated = datetime.now(UTC) - timedelta(seconds=age_s)
+    return {
+        "schema_version": 1,
+        "kind": "clavis.advice",
+        "generated": generated.isoformat().replace("+00:00", "Z"),
+        "valid_s": 180.0,
+        "nodes": [
+            {
+                "node": n,
+                "host": h,
+                "rack": r,
+                "contention": "ok" if h in devil_hosts else "devil-free",
+                "node_class": classes.get(n, "unknown"),
+            }
+            for n, (h, r) in topology.items()
+        ],
+    }
+
+
+@pytest.fixture(scope="module", autouse=True)
+def built() -> None:
+    cp = subprocess.run(
+        ["make", "-C", str(REPO / "slurm-plugin")],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    assert (BUILD / "select_clavis.so").is_file()
+
+
+@pytest.fixture
+def cluster_dir(tmp_path: Path) -> Path:
+    return tmp_path
+
+
+def start(root: Path, select: str, advice_max_bytes: int | None = None) -> MiniCluster:
+    c = MiniCluster(root, select)
+    try:
+        c.start(advice_max_bytes)
+    except BaseException:
+        c.stop()
+        raise
+    return c
+
+
+@pytest.fixture
+def clavis(tmp_path: Path) -> Iterator[MiniCluster]:
+    c = start(tmp_path / "clavis", "select/clavis")
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+def run_sequence(c: MiniCluster) -> list[str]:
+    placed = []
+    for opts in SEQUENCE:
+        placed.append(c.placed(c.submit(*opts)))
+    c.cancel_all()
+    return placed
+
+
+def test_plugin_is_loaded_over_cons_tres(clavis: MiniCluster) -> None:
+    log = clavis.log()
+    assert "select/clavis loaded (advice " in log
+    assert "select/cons_tres loaded" in log
+    out = clavis.run(["scontrol", "show", "config"]).stdout
+    assert "select/clavis" in out
+
+
+def test_without_usable_advice_placement_equals_cons_tres(tmp_path: Path) -> None:
+    stock = start(tmp_path / "stock", "select/cons_tres")
+    try:
+        want = run_sequence(stock)
+    finally:
+        stock.stop()
+    assert want == ["n1", "n[2-3]", "n4"], want
+    variants = {
+        "missing": None,
+        "corrupt": b'{"schema_version":1,"nodes":[{"node":"n1"',
+        "stale": json.dumps(advice_doc({"n1": "devil"}, age_s=3600)).encode(),
+        "huge": json.dumps(advice_doc({"n1": "devil"})).encode() + b" " * 8192,
+    }
+    for name, data in variants.items():
+        c = start(tmp_path / name, "select/clavis", advice_max_bytes=4096)
+        try:
+            if data is not None:
+                c.advice.write_bytes(data)
+            got = run_sequence(c)
+            assert c.ctld_alive()
+            log = c.log()
+        finally:
+            c.stop()
+        assert got == want, (name, got)
+        assert "placing as cons_tres" in log, name
+
+
+def test_devil_avoids_hosts_running_a_devil(clavis: MiniCluster) -> None:
+    clavis.advice.write_text(json.dumps(advice_doc({"n1": "devil"})))
+    first = clavis.submit("-N1", "--clavis-class=devil")
+    assert clavis.placed(first) in ("n3", "n4")  # stock: n1
+    # not hinted: as cons_tres (the smallest free block, n4 or n1)
+    other = clavis.submit("-N1")
+    assert clavis.placed(other) != "PENDING"
+    assert "placed on advised nodes" in clavis.log()
+
+
+def test_devil_runs_where_stock_would_when_advice_leaves_no_room(clavis: MiniCluster) -> None:
+    clavis.advice.write_text(json.dumps(advice_doc({"n1": "devil", "n3": "devil"})))
+    # every host runs a devil: the advised set is empty, the job runs at once anyway
+    job = clavis.submit("-N1", "--clavis-class=devil")
+    assert clavis.placed(job, timeout=10) == "n1"
+    clavis.cancel_all()
+    # devil-free nodes busy: the devil job must not wait for them
+    clavis.advice.write_text(json.dumps(advice_doc({"n1": "devil"})))
+    busy = [clavis.submit("-N1", "-w", n) for n in ("n3", "n4")]
+    assert [clavis.placed(j) for j in busy] == ["n3", "n4"]
+    job = clavis.submit("-N1", "--clavis-class=devil")
+    assert clavis.placed(job, timeout=10) in ("n1", "n2")
+
+
+def test_two_node_job_stays_in_one_rack(clavis: MiniCluster) -> None:
+    racks = {"n1": ("h1", "r1"), "n2": ("h2", "r2"), "n3": ("h3", "r1"), "n4": ("h4", "r2")}
+    clavis.advice.write_text(json.dumps(advice_doc({}, topology=racks)))
+    job = clavis.submit("-N2")
+    assert clavis.placed(job) == "n[1,3]"  # stock: n[1-2], across racks
+
+
+def test_garbage_advice_never_stops_slurmctld(clavis: MiniCluster) -> None:
+    adv = clavis.advice
+    garbage: list[bytes] = [
+        os.urandom(100_000),
+        b"[" * 100_000,
+        b'{"schema_version":1,"kind":"clavis.advice","generated":"yesterday",'
+        b'"valid_s":180,"nodes":[]}',
+        json.dumps({**advice_doc({"n1": "devil"}), "valid_s": -1}).encode(),
+        json.dumps({**advice_doc({"n1": "devil"}), "extra": 1}).encode(),
+        b'{"nodes":[{"node":"n1","host":"h1","rack":"r1","contention":"ok",'
+        b'"node_class":"devil"}],"generated":"2026-01-01T00:00:00Z","valid_s":1e999}',
+        b"\x00" * 1000,
+        b" " * (5 << 20),  # beyond the default 4 MiB limit
+    ]
+    for data in garbage:
+        tmp = adv.with_suffix(".tmp")
+        tmp.write_bytes(data)
+        tmp.rename(adv)
+        job = clavis.submit("-N1", "--clavis-class=devil")
+        assert clavis.placed(job, timeout=10) == "n1", data[:60]
+        clavis.cancel_all()
+        assert clavis.ctld_alive()
+    # a FIFO (open must not block) and a directory in its place
+    adv.unlink()
+    os.mkfifo(adv)
+    job = clavis.submit("-N1", "--clavis-class=devil")
+    assert clavis.placed(job, timeout=10) == "n1"
+    clavis.cancel_all()
+    adv.unlink()
+    adv.mkdir()
+    job = clavis.submit("-N1", "--clavis-class=devil")
+    assert clavis.placed(job, timeout=10) == "n1"
+    assert clavis.ctld_alive()
+    clavis.run(["scontrol", "ping"])
+
+
+def test_one_log_line_per_reason(clavis: MiniCluster) -> None:
+    clavis.advice.write_text("not json")
+    for _ in range(3):
+        clavis.placed(clavis.submit("-N1"))
+        clavis.cancel_all()
+    time.sleep(0.5)
+    lines = [ln for ln in clavis.log().splitlines() if "select/clavis: advice" in ln]
+    assert sum("invalid literal" in ln for ln in lines) == 1, lines
