@@ -1,0 +1,232 @@
+"""select_clavis.so's advice reader on its own (build/clavis_advice_test): what clavisd
+writes is read as written, garbage of every shape is refused with a reason, the size
+limit and the staleness rule hold, a file is parsed again only when it changes, and the
+source script refuses a Slurm tree of another version."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from clavis_contracts.advice import AdviceFile, AdviceNode
+
+from .minicluster import BUILD, REPO, slurm_available
+
+DRIVER = BUILD / "clavis_advice_test"
+NOW = 1_795_000_000.0
+
+
+@pytest.fixture(scope="module", autouse=True)
+def built() -> None:
+    cp = subprocess.run(
+        ["make", "-C", str(REPO / "slurm-plugin"), "build/clavis_advice_test"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+
+
+def drive(*args: str) -> str:
+    cp = subprocess.run(
+        [str(DRIVER), *args], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert cp.returncode == 0, cp.stderr
+    return cp.stdout
+
+
+def contract_advice(generated: float = NOW) -> str:
+    """An advice file as clavisd writes it: the contract's model, dumped as JSON."""
+    doc = AdviceFile(
+        generated=datetime.fromtimestamp(generated, UTC),
+        valid_s=180.0,
+        nodes=[
+            AdviceNode(node="r1h1c2", host="r1h1", rack="r1", contention="ok", node_class="devil"),
+            AdviceNode(
+                node="r1h1c1", host="r1h1", rack="r1", contention="ok", node_class="unknown"
+            ),
+            AdviceNode(
+                node="r2h1c1", host="r2h1", rack="r2", contention="devil-free", node_class="turtle"
+            ),
+            AdviceNode(
+                node="r2h2c1", host="r2h2", rack="r2", contention="unknown", node_class="unknown"
+            ),
+        ],
+    )
+    return doc.model_dump_json()
+
+
+def test_reads_what_clavisd_writes(tmp_path: Path) -> None:
+    f = tmp_path / "advice.json"
+    f.write_text(contract_advice())
+    assert drive("parse", str(f), str(NOW + 10)).splitlines() == [
+        "fresh 4",
+        "r1h1c1 r1h1 r1 ok unknown 1",  # sorted by node; its host runs a devil
+        "r1h1c2 r1h1 r1 ok devil 1",
+        "r2h1c1 r2h1 r2 devil-free turtle 0",
+        "r2h2c1 r2h2 r2 unknown unknown 0",
+    ]
+    # pretty-printed the same
+    f.write_text(json.dumps(json.loads(contract_advice()), indent=4))
+    assert drive("parse", str(f), str(NOW)).startswith("fresh 4\n")
+
+
+def test_staleness(tmp_path: Path) -> None:
+    f = tmp_path / "advice.json"
+    f.write_text(contract_advice())
+    assert drive("parse", str(f), str(NOW + 180)).startswith("fresh")
+    assert drive("parse", str(f), str(NOW + 181)).startswith("stale")
+    assert drive("parse", str(f), str(NOW - 181)).startswith("stale")  # from the future
+    assert drive("load", str(f), str(NOW + 181), "100000") == (
+        "none: stale (older than its valid_s) (read 1 times)\n"
+    )
+
+
+def test_rfc3339() -> None:
+    assert drive("rfc3339", "2026-11-22T19:45:05Z") == "1795376705.000000\n"
+    assert drive("rfc3339", "2026-11-22T20:45:05.5+01:00") == "1795376705.500000\n"
+    assert drive("rfc3339", "2026-11-22T18:45:05-01:00") == "1795376705.000000\n"
+    for bad in ("2026-11-22T19:45:05", "2026-13-22T19:45:05Z", "2026-11-22 19:45Z", "x", "",
+                "2026-11-22T19:45:05.Z", "2026-11-22T19:45:05Z trailing"):  # fmt: skip
+        assert drive("rfc3339", bad) == "bad\n", bad
+
+
+GOOD = json.loads(contract_advice())
+
+
+def variant(**changes: object) -> bytes:
+    doc = {**GOOD, **changes}
+    return json.dumps({k: v for k, v in doc.items() if v is not None}).encode()
+
+
+def node(**changes: object) -> bytes:
+    n = {**GOOD["nodes"][0], **changes}
+    return variant(nodes=[{k: v for k, v in n.items() if v is not None}])
+
+
+@pytest.mark.parametrize(
+    ("data", "why"),
+    [
+        (b"", "value expected"),
+        (b"null", "not an object"),
+        (b"[]", "not an object"),
+        (b'{"a":1}', "not an object of the schema's keys"),
+        (b"{" + contract_advice().encode()[1:] + b"}", "trailing data"),
+        (contract_advice().encode()[:-1], "expected"),
+        (variant(schema_version=2), "schema_version is not 1"),
+        (variant(kind="other"), "kind is not clavis.advice"),
+        (variant(generated="2026-11-22T19:45:05"), "generated"),
+        (variant(generated=None), "generated"),
+        (variant(valid_s=0), "valid_s"),
+        (variant(valid_s="180"), "valid_s"),
+        (variant(nodes={}), "nodes is missing"),
+        (variant(nodes=None), "nodes is missing"),
+        (variant(nodes=[1]), "node entry is not an object"),
+        (node(extra=1), "node entry is not an object"),
+        (node(node=None), "missing or invalid"),
+        (node(node="-bad"), "missing or invalid"),
+        (node(host="h" * 129), "missing or invalid"),
+        (node(rack=""), "missing or invalid"),
+        (node(contention="busy"), "invalid contention"),
+        (node(node_class="angel"), "invalid contention or node_class"),
+        (variant(nodes=[GOOD["nodes"][0], GOOD["nodes"][0]]), "listed twice"),
+        (b'{"valid_s":1e999}', "bad number"),
+        (b'{"valid_s":01}', "bad number"),
+        (b'{"valid_s":-}', "bad number"),
+        (b'{"kind":"a\x01"}', "control character"),
+        (b'{"kind":"\\u0000"}', "NUL in string"),
+        (b'{"kind":"\\ud800"}', "lone surrogate"),
+        (b'{"kind":"\\x"}', "bad escape"),
+        (b'{"kind":"abc', "unterminated string"),
+        (b'{"kind" 1}', "':' expected"),
+        (b"{1:2}", "object key expected"),
+        (b"[" * 20 + b"]" * 20, "nested too deep"),
+        (b"tru", "invalid literal"),
+    ],
+)
+def test_garbage_refused_with_a_reason(tmp_path: Path, data: bytes, why: str) -> None:
+    f = tmp_path / "advice.json"
+    f.write_bytes(data)
+    out = drive("parse", str(f), str(NOW))
+    assert out.startswith("refused: "), out
+    assert why in out, out
+
+
+def test_random_bytes_never_crash(tmp_path: Path) -> None:
+    f = tmp_path / "advice.json"
+    good = contract_advice().encode()
+    for seed in range(200):
+        rnd = os.urandom(8)
+        data = bytearray(good)
+        # flip a few bytes of a valid document, or truncate it
+        for i in range(0, 8, 2):
+            data[(rnd[i] * 257 + rnd[i + 1] + seed) % len(data)] = rnd[i + 1]
+        if seed % 3 == 0:
+            data = data[: (seed * 7) % len(data)]
+        f.write_bytes(bytes(data))
+        out = drive("parse", str(f), str(NOW))
+        assert out.startswith(("refused: ", "fresh ")), out
+
+
+def test_size_limit_and_file_kinds(tmp_path: Path) -> None:
+    f = tmp_path / "advice.json"
+    data = contract_advice()
+    f.write_text(data)
+    assert drive("load", str(f), str(NOW), str(len(data))).startswith("advice 4 nodes")
+    assert drive("load", str(f), str(NOW), str(len(data) - 1)) == (
+        "none: larger than its size limit (read 0 times)\n"
+    )
+    assert drive("load", str(tmp_path / "absent"), str(NOW), "100") == (
+        "none: missing (read 0 times)\n"
+    )
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)  # no writer: a blocking open would hang here
+    t0 = time.monotonic()
+    assert drive("load", str(fifo), str(NOW), "100") == "none: not a regular file (read 0 times)\n"
+    assert time.monotonic() - t0 < 5
+    assert drive("load", str(tmp_path), str(NOW), "100").startswith("none: not a regular file")
+
+
+def test_cached_by_file_identity(tmp_path: Path) -> None:
+    f = tmp_path / "advice.json"
+    f.write_text(contract_advice())
+    assert drive("load", str(f), str(NOW), "100000", "50") == "advice 4 nodes (read 1 times)\n"
+    f.write_text("nope")
+    assert drive("load", str(f), str(NOW), "100000", "50") == (
+        "none: invalid literal (read 1 times)\n"
+    )
+
+
+@pytest.mark.skipif(not slurm_available(), reason="needs slurmctld installed")
+def test_source_script_refuses_another_version(tmp_path: Path) -> None:
+    tree = tmp_path / "slurm-99.99.1"
+    (tree / "src" / "common").mkdir(parents=True)
+    (tree / "src" / "common" / "plugin.h").write_text("")
+    (tree / "config.h").write_text('#define SLURM_VERSION_STRING "99.99.1"\n')
+    cp = subprocess.run(
+        [str(REPO / "slurm-plugin" / "select" / "slurm-src.sh")],
+        env={**os.environ, "SLURM_SRC": str(tree)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert cp.returncode == 1
+    assert f"{tree} is Slurm 99.99.1 but the installed slurmctld is" in cp.stderr
+    assert "must be built from the same version" in cp.stderr
+    cp = subprocess.run(
+        [str(REPO / "slurm-plugin" / "select" / "slurm-src.sh")],
+        env={**os.environ, "SLURM_SRC": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert cp.returncode == 1 and "not a configured Slurm source tree" in cp.stderr
