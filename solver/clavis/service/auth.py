@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import os
 import secrets
 import stat
 import threading
@@ -40,7 +41,8 @@ class AuthError(Exception):
 
 
 class SecretFileError(Exception):
-    """The shared secret file is missing, readable by others, or too short."""
+    """The shared secret file is missing, open to group or others, owned by another user
+    than root when root reads it, or too short."""
 
 
 def load_secret(path: Path) -> bytes:
@@ -51,7 +53,13 @@ def load_secret(path: Path) -> bytes:
         raise SecretFileError(f"{path}: cannot read the shared secret: {exc.strerror}") from exc
     if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise SecretFileError(
-            f"{path}: the shared secret must be readable by its owner only (chmod 600)"
+            f"{path}: the shared secret must be readable by its owner only (chmod 600); "
+            f"its mode is {stat.S_IMODE(st.st_mode):04o}"
+        )
+    if os.geteuid() == 0 and st.st_uid != 0:
+        # Root must not trust a secret another user can rewrite (its owner can chmod it).
+        raise SecretFileError(
+            f"{path}: the shared secret must be owned by root (chown root), not uid {st.st_uid}"
         )
     try:
         return read_secret(data)

@@ -34,7 +34,8 @@ class StoreConfig(_Section):
 class SecurityConfig(_Section):
     secret_file: Path = Field(
         default=Path("/etc/clavis/secret"),
-        description="Shared agent secret, mode 0600, at least 16 bytes.",
+        description="Shared agent secret: mode 0600 (none for group, others), owned by root "
+        "when root reads it, at least 16 bytes.",
     )
     max_skew_s: float = Field(
         default=30.0, gt=0, le=3600, description="Signed requests further off are refused."

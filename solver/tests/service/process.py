@@ -9,7 +9,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,11 +31,11 @@ class Daemon:
         self.config, self.port, self.log = config, port, log
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self, env: Mapping[str, str] | None = None) -> None:
-        """Start clavisd with this process's environment plus ``env``."""
+    def start(self, env: Mapping[str, str] | None = None, args: Sequence[str] = ()) -> None:
+        """Start clavisd with this process's environment plus ``env``, and ``args``."""
         exe = Path(sys.executable).parent / "clavisd"
         with self.log.open("ab") as log:
-            self.proc = subprocess.Popen([str(exe), "--config", str(self.config)],
+            self.proc = subprocess.Popen([str(exe), "--config", str(self.config), *args],
                                          stdout=log, stderr=subprocess.STDOUT,
                                          env={**os.environ, **(env or {})})  # fmt: skip
         wait_for(self._healthy, 60, "clavisd to answer /health")
