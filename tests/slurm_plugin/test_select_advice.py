@@ -230,3 +230,32 @@ def test_source_script_refuses_another_version(tmp_path: Path) -> None:
         check=False,
     )
     assert cp.returncode == 1 and "not a configured Slurm source tree" in cp.stderr
+
+
+def test_documented_snippets_are_the_tested_ones() -> None:
+    """The example files say what the tests configure (minicluster.py, test_spank.py)."""
+    plugin = REPO / "slurm-plugin"
+    conf = dict(
+        ln.split("=", 1)
+        for ln in (plugin / "slurm.conf.example").read_text().splitlines()
+        if ln and not ln.startswith("#")
+    )
+    assert conf["SelectType"] == "select/clavis"
+    assert conf["PluginDir"].split(":")[0] == "/usr/lib/x86_64-linux-gnu/slurm-wlm"
+    sel = dict(
+        ln.split("=", 1)
+        for ln in (plugin / "select_clavis.conf.example").read_text().splitlines()
+        if ln and not ln.startswith("#")
+    )
+    assert sel == {"AdvicePath": "/run/clavis/advice.json", "AdviceMaxBytes": str(4 << 20)}
+    stack = [
+        ln.split()
+        for ln in (plugin / "plugstack.conf.example").read_text().splitlines()
+        if ln and not ln.startswith("#")
+    ]
+    assert len(stack) == 1
+    assert stack[0][0] == "optional" and stack[0][1].endswith("/spank_clavis.so")
+    assert stack[0][2:] == ["socket=/run/clavis/monitor.sock", "timeout_ms=200"]
+    readme = (plugin / "README.md").read_text()
+    for line in (" ".join(stack[0]), *(f"{k}={v}" for k, v in {**conf, **sel}.items())):
+        assert line in readme, line
