@@ -95,6 +95,7 @@ class Agent:
         self._limits: dict[str, tuple[int, int]] = {}
         self._cgroup_jobs: dict[str, list[int]] = {}
         self._last_cpu: dict[str, tuple[int, float]] = {}
+        self._cpu_times = cg.CpuTimes()
         self.unsupported: dict[str, str] = {}  # container -> why it has no intensity
         self._last_counts: dict[str, Counts] = {}
         self._stop = threading.Event()
@@ -169,7 +170,7 @@ class Agent:
         busy = self.gauge.update(cg.host_cpu_ticks())
         for c in list(self.containers):
             try:
-                ns = cg.cpu_ns(c)
+                ns = self._cpu_times.read(c)
             except cg.VanishedError:
                 self._vanish(c.name)
                 continue
@@ -183,6 +184,7 @@ class Agent:
         buf.flush()
 
     def _forget(self, name: str) -> None:
+        self._cpu_times.forget(name)
         self._limits.pop(name, None)
         self._cgroup_jobs.pop(name, None)
         self._last_cpu.pop(name, None)
@@ -355,6 +357,7 @@ class Agent:
             t.join(timeout=self.cfg.power.timeout_s + 5)
         self.worker.stop()
         self.power.close()
+        self._cpu_times.close()
         if self.sender is not None:
             self.sender.stop()
         if self.nft is not None:

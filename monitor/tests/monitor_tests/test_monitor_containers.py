@@ -90,3 +90,29 @@ def test_cpu_use_jobs_and_a_vanishing_container(cs: CgroupSet, tmp_path: Path) -
     assert got["busy"].job is None
     assert agent.vanished == 1
     assert all(c.intensity_source == "unsupported" for c in report.containers)
+
+
+def test_cpu_times_reread_an_open_file_and_see_the_cgroup_go(cs: CgroupSet) -> None:
+    times = cg.CpuTimes()
+    found = {c.name: c for c in cg.discover(parse({"containers": {
+        "scan_prefixes": [cs.prefix], "lxc_paths": []}}).containers)}  # fmt: skip
+    fds = len(os.listdir("/proc/self/fd"))
+    burner = subprocess.Popen(["sh", "-c", "while :; do :; done"])
+    try:
+        cs.enter(burner.pid, "busy")
+        first = times.read(found["busy"])
+        time.sleep(0.3)
+        second = times.read(found["busy"])
+        assert second > first  # the same open file, read again from its start
+        assert second <= cg.cpu_ns(found["busy"])  # a fresh open reads no less
+        assert times.read(found["quiet"]) == cg.cpu_ns(found["quiet"])
+        assert len(os.listdir("/proc/self/fd")) == fds + 2  # one open file per container
+    finally:
+        burner.kill()
+        burner.wait(timeout=10)
+    times.read(found["gone"])
+    cs.remove_one("gone")
+    with pytest.raises(cg.VanishedError):
+        times.read(found["gone"])  # ENODEV on the file it had open
+    times.close()
+    assert len(os.listdir("/proc/self/fd")) == fds
