@@ -18,22 +18,25 @@ from typing import Any
 from clavis.documents import load_cluster
 from clavis.model import Cluster
 from clavis.service import advice, snapshot
+from clavis.service.config import ClassifyConfig
 from clavis.service.gcpolicy import long_lived_heap
 from clavis.service.store import Store
 
 
 def build_document(store: Store, cluster: Cluster, now: float, *, fresh_s: float,
-                   threshold_mpki: float, valid_s: float) -> dict[str, Any]:  # fmt: skip
+                   classify: ClassifyConfig, valid_s: float) -> dict[str, Any]:  # fmt: skip
     """The advice from the store's current state, as JSON data (an AdviceFile)."""
     snap = snapshot.take(
         cluster, hosts=store.hosts(), containers=store.containers(),
         power_models=store.power_models(), now=now, fresh_s=fresh_s,
-        threshold_mpki=threshold_mpki,
+        threshold_mpki=classify.devil_threshold_mpki, host_thresholds=classify.host_thresholds,
     )  # fmt: skip
     return advice.build(snap, now, valid_s).model_dump(mode="json")
 
 
-def _child(conn: Connection, url: str, cluster_file: str, params: tuple[float, ...]) -> None:
+def _child(
+    conn: Connection, url: str, cluster_file: str, params: tuple[float, ClassifyConfig, float]
+) -> None:
     store = Store(url)
     cluster = load_cluster(Path(cluster_file))
     long_lived_heap()
@@ -44,9 +47,9 @@ def _child(conn: Connection, url: str, cluster_file: str, params: tuple[float, .
         except (EOFError, OSError):
             break
         try:
-            fresh_s, threshold, valid_s = params
+            fresh_s, classify, valid_s = params
             doc: dict[str, Any] | str = build_document(
-                store, cluster, now, fresh_s=fresh_s, threshold_mpki=threshold, valid_s=valid_s
+                store, cluster, now, fresh_s=fresh_s, classify=classify, valid_s=valid_s
             )
         except Exception as exc:  # reported to clavisd, which logs it
             doc = f"advice build failed: {exc!r}"
@@ -55,11 +58,11 @@ def _child(conn: Connection, url: str, cluster_file: str, params: tuple[float, .
 
 
 class AdviceWorker:
-    def __init__(self, url: str, cluster_file: Path, fresh_s: float, threshold_mpki: float,
+    def __init__(self, url: str, cluster_file: Path, fresh_s: float, classify: ClassifyConfig,
                  valid_s: float) -> None:  # fmt: skip
         ctx = multiprocessing.get_context("spawn")
         self._conn, child = ctx.Pipe()
-        params = (fresh_s, threshold_mpki, valid_s)
+        params = (fresh_s, classify, valid_s)
         self._proc = ctx.Process(target=_child, args=(child, url, str(cluster_file), params),
                                  name="clavisd-advice", daemon=True)  # fmt: skip
         self._child_end = child

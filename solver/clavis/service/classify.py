@@ -12,7 +12,7 @@ their first sample.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -71,7 +71,7 @@ def job_class(container_classes: Iterable[Klass | None]) -> Klass | None:
     return None
 
 
-def threshold_for(host: str, default: float, by_prefix: dict[str, float]) -> float:
+def threshold_for(host: str, default: float, by_prefix: Mapping[str, float]) -> float:
     """Per host model thresholds (DINO §3.3.3: classes are architecture-specific), keyed by
     host-name prefix; the longest matching prefix wins."""
     best = max((p for p in by_prefix if host.startswith(p)), key=len, default=None)

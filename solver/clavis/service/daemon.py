@@ -28,6 +28,7 @@ from clavis.service.advice_worker import AdviceWorker, build_document
 from clavis.service.agents import MigratorClient
 from clavis.service.api import plan_out, serve
 from clavis.service.auth import AgentAuth, SecretFileError, hash_password, load_secret
+from clavis.service.classify import threshold_for
 from clavis.service.config import DEFAULT_PATH, Config, ConfigError, load_config
 from clavis.service.gcpolicy import long_lived_heap
 from clavis.service.ingest import Ingestor
@@ -51,6 +52,9 @@ class Clavisd:
         self.started = now if now is not None else time.time()
         self.cluster = load_cluster(config.cluster_file)
         self.host_names = {h.name for h in self.cluster.hosts}
+        c = config.classify
+        self.thresholds = {h: threshold_for(h, c.devil_threshold_mpki, c.host_thresholds)
+                           for h in self.host_names}  # fmt: skip
         self.store = Store(config.store.url, self.started)
         self.store.sync_hosts(self.cluster)
         self.schema_versions = sorted(v for v, _, _ in MIGRATIONS)
@@ -86,7 +90,7 @@ class Clavisd:
         if cfg.ingest.writer == "process":
             self._advice_worker = AdviceWorker(
                 cfg.store.url, cfg.cluster_file, cfg.ingest.max_report_age_s,
-                cfg.classify.devil_threshold_mpki, cfg.advice.valid_s,
+                cfg.classify, cfg.advice.valid_s,
             )  # fmt: skip
             self._advice_worker.start()
         resumed = self.executor.resume()
@@ -138,6 +142,7 @@ class Clavisd:
             now=now,
             fresh_s=self.config.ingest.max_report_age_s,
             threshold_mpki=self.config.classify.devil_threshold_mpki,
+            host_thresholds=self.config.classify.host_thresholds,
         )
 
     def publish_advice(self) -> None:
@@ -147,12 +152,12 @@ class Clavisd:
         process's interpreter at 1000 hosts: too much to repeat every few seconds."""
         now = time.time()
         cfg = self.config
-        threshold = cfg.classify.devil_threshold_mpki
+        default, by_host = cfg.classify.devil_threshold_mpki, self.thresholds
         fresh_s = cfg.ingest.max_report_age_s
         quiet = frozenset(h for h in self.host_names
                           if now - self.last_report.get(h, -1e18) > fresh_s)  # fmt: skip
-        inputs = (quiet, tuple(
-            (*row[:6], row[6] is not None and row[6] >= threshold)
+        inputs = (quiet, tuple(  # row: name, host, job, cores, memory, class, intensity
+            (*row[:6], row[6] is not None and row[6] >= by_host.get(row[1], default))
             for row in self.store.placement_inputs()
         ))  # fmt: skip
         if self._advice is None or self._advice[0] != inputs:
@@ -165,7 +170,7 @@ class Clavisd:
             else:
                 doc = build_document(
                     self.store, self.cluster, now,
-                    fresh_s=fresh_s, threshold_mpki=threshold, valid_s=cfg.advice.valid_s,
+                    fresh_s=fresh_s, classify=cfg.classify, valid_s=cfg.advice.valid_s,
                 )  # fmt: skip
             self._advice = (inputs, doc)
         generated = to_jsonable_python(dt.datetime.fromtimestamp(now, dt.UTC))

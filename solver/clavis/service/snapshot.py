@@ -4,7 +4,9 @@ current placement), so repacking and the advice file score it with the one evalu
 - Hosts and racks come from the cluster file; a fitted power model replaces the file's.
 - A host without a recent report is treated as draining: it keeps its containers, and
   takes no new ones, as its state is unknown.
-- A container's class is its hysteresis class when it has one (docs/clavisd.md).
+- A container's class is its hysteresis class when it has one (docs/clavisd.md); until
+  then its last intensity against its host's threshold (``classify.host_thresholds``,
+  else the default), as ingest votes.
 - Jobs are grouped from the containers' job names; a container without a job is a job
   of its own. Traffic to a container of another job is not counted: C is defined for a
   job's own flows (docs/objectives.md).
@@ -13,10 +15,12 @@ current placement), so repacking and the advice file score it with the one evalu
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from clavis.model import Cluster, Container, Flow, Host, Job, Placement, PowerModel, Workload
+from clavis.service.classify import threshold_for, vote
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,7 @@ def take(
     now: float,
     fresh_s: float,
     threshold_mpki: float,
+    host_thresholds: Mapping[str, float],
 ) -> Snapshot:
     last = {h["name"]: h["last_report"] for h in hosts}
     new_hosts = []
@@ -70,7 +75,9 @@ def take(
         ]
         jobs.append(Job(name=name, traffic=flows, containers=[
             Container(name=c["name"], cores=c["cores"], memory_bytes=c["memory_bytes"],
-                      intensity_mpki=c["intensity_mpki"] or 0.0, klass=c["klass"])
+                      intensity_mpki=c["intensity_mpki"] or 0.0,
+                      klass=c["klass"] or vote(c["intensity_mpki"], threshold_for(
+                          c["host"], threshold_mpki, host_thresholds)))
             for c in members
         ]))  # fmt: skip
     workload = Workload(devil_threshold_mpki=threshold_mpki, jobs=jobs) if jobs else None

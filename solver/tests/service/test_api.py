@@ -285,7 +285,7 @@ def test_advice_process_builds_it_and_clavisd_takes_over_when_it_is_gone(
 ) -> None:
     cfg = clavisd.config
     worker = AdviceWorker(cfg.store.url, cfg.cluster_file, cfg.ingest.max_report_age_s,
-                          cfg.classify.devil_threshold_mpki, cfg.advice.valid_s)  # fmt: skip
+                          cfg.classify, cfg.advice.valid_s)  # fmt: skip
     worker.start()
     clavisd._advice_worker = worker
     contended(client)
