@@ -347,7 +347,7 @@ def summarise(args: argparse.Namespace, s: Samples, f: RunFacts) -> dict[str, An
             "from a real ipmi_sim BMC on loopback (DCMI power reading over RMCP+, through "
             "the agent's ipmitool shell)"
             if f.bmc
-            else "not read (no ipmi_sim on this machine)"
+            else "not read (--no-bmc, or no ipmi_sim on this machine)"
         ),
         "agent_exit_code": f.exit_code, "agent_log_tail": f.log_tail,
         "load_average_before": [round(x, 2) for x in f.load_before],
