@@ -9,8 +9,8 @@ set -euo pipefail
 packages=(
     # Slurm 22.05 and its authentication
     slurmctld slurmd slurm-client munge
-    # spank.h for slurm-plugin/ (spank_clavis.so)
-    libslurm-dev
+    # spank.h for slurm-plugin/ (spank_clavis.so); debootstrap for its Slurm 24.11 root
+    libslurm-dev debootstrap
     # system containers
     lxc
     # BMC simulator, its client, and the headers for our DCMI loadlib module

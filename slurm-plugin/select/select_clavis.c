@@ -51,8 +51,24 @@ const char plugin_type[] = "select/clavis";
 const uint32_t plugin_id = SELECT_PLUGIN_CLAVIS;
 const uint32_t plugin_version = SLURM_VERSION_NUMBER;
 
-static const char *cons_syms[] = { CLAVIS_SELECT_SYMS };
-static slurm_select_ops_t cons;
+/* cons_tres's ops, its symbol names and our forwarders: all from the version's table */
+#define OPS_FIELD(ret, name, params, args) ret(*name) params;
+#define OPS_SYM(ret, name, params, args) "select_p_" #name,
+#define OPS_NONE(ret, name, params, args)
+
+typedef struct {
+	uint32_t *plugin_id;
+	CLAVIS_SELECT_OPS(OPS_FIELD, OPS_FIELD)
+} clavis_ops_t;
+
+#ifdef CLAVIS_SLURM_OPS_T
+_Static_assert(sizeof(clavis_ops_t) == sizeof(CLAVIS_SLURM_OPS_T),
+	       "the ops table of clavis_slurm_compat.h does not match Slurm's");
+#endif
+
+static const char *cons_syms[] = { "plugin_id",
+				   CLAVIS_SELECT_OPS(OPS_SYM, OPS_SYM) };
+static clavis_ops_t cons;
 static plugin_context_t *cons_ctx;
 
 static char *advice_path;
@@ -257,27 +273,14 @@ extern int fini(void)
 	return rc;
 }
 
-/* The select API, in the order of slurm_select_ops_t: cons_tres's, except job_test. */
-
-extern int select_p_state_save(char *dir_name)
-{
-	return cons.state_save(dir_name);
-}
-
-extern int select_p_state_restore(char *dir_name)
-{
-	return cons.state_restore(dir_name);
-}
-
-extern int select_p_job_init(List job_list)
-{
-	return cons.job_init(job_list);
-}
-
-extern int select_p_node_init(void)
-{
-	return cons.node_init();
-}
+/* The select API: every call but job test goes to cons_tres as is. */
+#define FORWARD(ret, name, params, args)        \
+	extern ret select_p_##name params;      \
+	extern ret select_p_##name params       \
+	{                                       \
+		return cons.name args;          \
+	}
+CLAVIS_SELECT_OPS(FORWARD, OPS_NONE)
 
 /*
  * IN/OUT job_ptr, bitmap (usable nodes in, chosen nodes out), IN the rest: as
@@ -288,9 +291,15 @@ extern int select_p_node_init(void)
 extern int select_p_job_test(job_record_t *job_ptr, bitstr_t *bitmap,
 			     uint32_t min_nodes, uint32_t max_nodes,
 			     uint32_t req_nodes, uint16_t mode,
-			     List preemptee_candidates,
-			     List *preemptee_job_list,
-			     bitstr_t *exc_core_bitmap)
+			     clavis_list_t preemptee_candidates,
+			     clavis_list_t *preemptee_job_list,
+			     CLAVIS_JOB_TEST_EXTRA_PARAMS);
+extern int select_p_job_test(job_record_t *job_ptr, bitstr_t *bitmap,
+			     uint32_t min_nodes, uint32_t max_nodes,
+			     uint32_t req_nodes, uint16_t mode,
+			     clavis_list_t preemptee_candidates,
+			     clavis_list_t *preemptee_job_list,
+			     CLAVIS_JOB_TEST_EXTRA_PARAMS)
 {
 	bitstr_t *bm = NULL;
 	int rc;
@@ -305,7 +314,8 @@ extern int select_p_job_test(job_record_t *job_ptr, bitstr_t *bitmap,
 	if (bm) {
 		rc = cons.job_test(job_ptr, bm, min_nodes, max_nodes, req_nodes,
 				   mode, preemptee_candidates,
-				   preemptee_job_list, exc_core_bitmap);
+				   preemptee_job_list,
+				   CLAVIS_JOB_TEST_EXTRA_ARGS);
 		if (rc == SLURM_SUCCESS) {
 			log_flag(SELECT_TYPE, "%s: %pJ placed on advised nodes",
 				 plugin_type, job_ptr);
@@ -319,184 +329,5 @@ extern int select_p_job_test(job_record_t *job_ptr, bitstr_t *bitmap,
 	}
 	return cons.job_test(job_ptr, bitmap, min_nodes, max_nodes, req_nodes,
 			     mode, preemptee_candidates, preemptee_job_list,
-			     exc_core_bitmap);
-}
-
-extern int select_p_job_begin(job_record_t *job_ptr)
-{
-	return cons.job_begin(job_ptr);
-}
-
-extern int select_p_job_ready(job_record_t *job_ptr)
-{
-	return cons.job_ready(job_ptr);
-}
-
-extern int select_p_job_expand(job_record_t *from_job_ptr,
-			       job_record_t *to_job_ptr)
-{
-	return cons.job_expand(from_job_ptr, to_job_ptr);
-}
-
-extern int select_p_job_resized(job_record_t *job_ptr, node_record_t *node_ptr)
-{
-	return cons.job_resized(job_ptr, node_ptr);
-}
-
-extern int select_p_job_signal(job_record_t *job_ptr, int signal)
-{
-	return cons.job_signal(job_ptr, signal);
-}
-
-extern int select_p_job_fini(job_record_t *job_ptr)
-{
-	return cons.job_fini(job_ptr);
-}
-
-extern int select_p_job_suspend(job_record_t *job_ptr, bool indf_susp)
-{
-	return cons.job_suspend(job_ptr, indf_susp);
-}
-
-extern int select_p_job_resume(job_record_t *job_ptr, bool indf_susp)
-{
-	return cons.job_resume(job_ptr, indf_susp);
-}
-
-extern bitstr_t *select_p_step_pick_nodes(job_record_t *job_ptr,
-					  select_jobinfo_t *jobinfo,
-					  uint32_t node_count,
-					  bitstr_t **avail_nodes)
-{
-	return cons.step_pick_nodes(job_ptr, jobinfo, node_count, avail_nodes);
-}
-
-extern int select_p_step_start(step_record_t *step_ptr)
-{
-	return cons.step_start(step_ptr);
-}
-
-extern int select_p_step_finish(step_record_t *step_ptr, bool killing_step)
-{
-	return cons.step_finish(step_ptr, killing_step);
-}
-
-extern int select_p_select_nodeinfo_pack(select_nodeinfo_t *nodeinfo,
-					 buf_t *buffer,
-					 uint16_t protocol_version)
-{
-	return cons.nodeinfo_pack(nodeinfo, buffer, protocol_version);
-}
-
-extern int select_p_select_nodeinfo_unpack(select_nodeinfo_t **nodeinfo,
-					   buf_t *buffer,
-					   uint16_t protocol_version)
-{
-	return cons.nodeinfo_unpack(nodeinfo, buffer, protocol_version);
-}
-
-extern select_nodeinfo_t *select_p_select_nodeinfo_alloc(void)
-{
-	return cons.nodeinfo_alloc();
-}
-
-extern int select_p_select_nodeinfo_free(select_nodeinfo_t *nodeinfo)
-{
-	return cons.nodeinfo_free(nodeinfo);
-}
-
-extern int select_p_select_nodeinfo_set_all(void)
-{
-	return cons.nodeinfo_set_all();
-}
-
-extern int select_p_select_nodeinfo_set(job_record_t *job_ptr)
-{
-	return cons.nodeinfo_set(job_ptr);
-}
-
-extern int select_p_select_nodeinfo_get(select_nodeinfo_t *nodeinfo,
-					enum select_nodedata_type dinfo,
-					enum node_states state, void *data)
-{
-	return cons.nodeinfo_get(nodeinfo, dinfo, state, data);
-}
-
-extern select_jobinfo_t *select_p_select_jobinfo_alloc(void)
-{
-	return cons.jobinfo_alloc();
-}
-
-extern int select_p_select_jobinfo_free(select_jobinfo_t *jobinfo)
-{
-	return cons.jobinfo_free(jobinfo);
-}
-
-extern int select_p_select_jobinfo_set(select_jobinfo_t *jobinfo,
-				       enum select_jobdata_type data_type,
-				       void *data)
-{
-	return cons.jobinfo_set(jobinfo, data_type, data);
-}
-
-extern int select_p_select_jobinfo_get(select_jobinfo_t *jobinfo,
-				       enum select_jobdata_type data_type,
-				       void *data)
-{
-	return cons.jobinfo_get(jobinfo, data_type, data);
-}
-
-extern select_jobinfo_t *select_p_select_jobinfo_copy(select_jobinfo_t *jobinfo)
-{
-	return cons.jobinfo_copy(jobinfo);
-}
-
-extern int select_p_select_jobinfo_pack(select_jobinfo_t *jobinfo,
-					buf_t *buffer,
-					uint16_t protocol_version)
-{
-	return cons.jobinfo_pack(jobinfo, buffer, protocol_version);
-}
-
-extern int select_p_select_jobinfo_unpack(select_jobinfo_t **jobinfo,
-					  buf_t *buffer,
-					  uint16_t protocol_version)
-{
-	return cons.jobinfo_unpack(jobinfo, buffer, protocol_version);
-}
-
-extern char *select_p_select_jobinfo_sprint(select_jobinfo_t *jobinfo,
-					    char *buf, size_t size, int mode)
-{
-	return cons.jobinfo_sprint(jobinfo, buf, size, mode);
-}
-
-extern char *select_p_select_jobinfo_xstrdup(select_jobinfo_t *jobinfo,
-					     int mode)
-{
-	return cons.jobinfo_xstrdup(jobinfo, mode);
-}
-
-extern int select_p_get_info_from_plugin(enum select_plugindata_info dinfo,
-					 job_record_t *job_ptr, void *data)
-{
-	return cons.get_info_from_plugin(dinfo, job_ptr, data);
-}
-
-extern int select_p_update_node_config(int index)
-{
-	return cons.update_node_config(index);
-}
-
-extern int select_p_reconfigure(void)
-{
-	return cons.reconfigure();
-}
-
-extern bitstr_t *select_p_resv_test(resv_desc_msg_t *resv_desc_ptr,
-				    uint32_t node_cnt, bitstr_t *avail_bitmap,
-				    bitstr_t **core_bitmap)
-{
-	return cons.resv_test(resv_desc_ptr, node_cnt, avail_bitmap,
-			      core_bitmap);
+			     CLAVIS_JOB_TEST_EXTRA_ARGS);
 }
