@@ -59,16 +59,18 @@ def of(agent: Agent) -> list[Metric]:
                 (({}, r.busy_cores),),
             ),
         ]
-        links: dict[str, float] = {"same-host": 0.0, "same-rack": 0.0, "cross-rack": 0.0}
+        links = {(k, d): 0.0 for k in ("same-host", "same-rack", "cross-rack")
+                 for d in ("sent", "received")}  # fmt: skip
         for s in agent.state.of("traffic").values():
             for p in s.value:
-                links[p.link] += p.bytes_per_s
+                links[(p.link, "sent")] += p.sent_per_s
+                links[(p.link, "received")] += p.received_per_s
         out.append(
             Metric(
                 "clavis_monitor_traffic_bytes_per_second",
-                "Bytes/s sent by this host's containers, by link class.",
+                "Bytes/s sent and received by this host's containers, by link class.",
                 "gauge",
-                tuple(({"link": k}, v) for k, v in links.items()),
+                tuple(({"link": k, "direction": d}, v) for (k, d), v in links.items()),
             )
         )
     hints = agent.registry.node_jobs()

@@ -4,13 +4,19 @@ Manual equivalent: ``nft list set bridge clavis_monitor flows``.
 The monitor owns one table, ``bridge`` family, named ``traffic.table`` (default
 ``clavis_monitor``): containers sit on the host's bridge, whose traffic iptables sees
 only through br_netfilter (and then twice over, in the bridge and in FORWARD). The table
-counts bytes per (container address . peer address) in a dynamic set (see
-:class:`NftAccounting`), updated in two hooks: ``forward`` (frames bridged to a peer on
-the same bridge or out through an uplink port) and ``input`` (frames a container sends
-to the host's own MAC, i.e. traffic the host routes on). Each sent packet passes exactly
-one of them, so it is counted once. Nothing else is touched: installing replaces only
-this table (idempotent, one transaction), removing deletes only it. Peers and their link
-class come from the topology file."""
+counts bytes per (source . destination) address in a dynamic set (see
+:class:`NftAccounting`) for every packet between a local container and a peer, in both
+directions: the element ``(a . p)`` is what ``a`` sent ``p``, ``(p . a)`` what it
+received from ``p``. Peers are the containers and hosts of the topology file. Three
+hooks see the packets: ``forward`` (frames bridged between two ports: container to
+container, container to uplink and back), ``input`` (frames a container sends to the
+host's own MAC: to the host or routed on by it) and ``output`` (frames the host sends to
+a container: from the host or routed to it). Each packet is counted once: a local
+container's sending is counted in ``forward`` or ``input``, its receiving in
+``forward`` or ``output``, and a packet between two local containers by its sender
+only. Nothing else is touched: installing replaces only this table (idempotent, one
+transaction), removing deletes only it. Peers and their link class come from the
+topology file."""
 
 from __future__ import annotations
 
@@ -18,7 +24,7 @@ import json
 import subprocess
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 LinkClass = Literal["same-host", "same-rack", "cross-rack"]
@@ -31,36 +37,46 @@ class TrafficError(Exception):
 
 @dataclass(frozen=True)
 class Topology:
-    """Hosts with their racks and containers with their host and addresses."""
+    """Hosts with their racks and addresses, containers with their host and addresses."""
 
     racks: dict[str, str]  # host -> rack
     hosts: dict[str, str]  # container -> host
     addresses: dict[str, tuple[str, ...]]  # container -> IPv4 addresses
+    host_addresses: dict[str, tuple[str, ...]] = field(default_factory=dict)  # host -> IPv4
+
+    def host_of(self, peer: str) -> str | None:
+        """The host a peer (container or host) is on; None for an unknown peer."""
+        if peer in self.hosts:
+            return self.hosts[peer]
+        return peer if peer in self.racks else None
 
     def classify(self, local_host: str, peer: str) -> LinkClass | None:
         """Link class between this host and ``peer``'s host; None for an unknown peer."""
-        peer_host = self.hosts.get(peer)
+        peer_host = self.host_of(peer)
         if peer_host is None:
             return None
         if peer_host == local_host:
             return "same-host"
-        if self.racks.get(peer_host) is not None and self.racks.get(peer_host) == self.racks.get(
-            local_host
-        ):
+        rack = self.racks.get(peer_host)
+        if rack is not None and rack == self.racks.get(local_host):
             return "same-rack"
         return "cross-rack"
 
     def owner(self) -> dict[str, str]:
-        """Address -> container."""
-        return {a: c for c, addrs in self.addresses.items() for a in addrs}
+        """Address -> the container or host that has it."""
+        out = {a: h for h, addrs in self.host_addresses.items() for a in addrs}
+        out.update({a: c for c, addrs in self.addresses.items() for a in addrs})
+        return out
 
 
 def parse_topology(text: str) -> Topology:
-    """A topology file::
+    """A topology file (a host's ``addresses`` are optional: with them, traffic between
+    a container and that host is counted too)::
 
     [[hosts]]
     name = "h1"
     rack = "r1"
+    addresses = ["10.0.0.1"]
     [[containers]]
     name = "n1"
     host = "h1"
@@ -69,11 +85,17 @@ def parse_topology(text: str) -> Topology:
     doc = tomllib.loads(text)
     problems: list[str] = []
     racks: dict[str, str] = {}
+    host_addresses: dict[str, tuple[str, ...]] = {}
     for i, h in enumerate(doc.get("hosts", [])):
         if not isinstance(h.get("name"), str) or not isinstance(h.get("rack"), str):
             problems.append(f"hosts[{i}]: needs string name and rack")
             continue
         racks[h["name"]] = h["rack"]
+        addrs = h.get("addresses", [])
+        if not isinstance(addrs, list) or not all(_ipv4(a) for a in addrs):
+            problems.append(f"hosts[{i}] ({h['name']}): addresses must be IPv4 strings")
+        elif addrs:
+            host_addresses[h["name"]] = tuple(addrs)
     hosts: dict[str, str] = {}
     addresses: dict[str, tuple[str, ...]] = {}
     for i, c in enumerate(doc.get("containers", [])):
@@ -83,20 +105,22 @@ def parse_topology(text: str) -> Topology:
             continue
         if host not in racks:
             problems.append(f"containers[{i}] ({name}): host {host!r} is not in [[hosts]]")
+        if name in racks:
+            problems.append(f"containers[{i}] ({name}): {name!r} is also a host's name")
         if not isinstance(addrs, list) or not all(_ipv4(a) for a in addrs):
             problems.append(f"containers[{i}] ({name}): addresses must be IPv4 strings")
             continue
         hosts[name] = host
         addresses[name] = tuple(addrs)
     owners: dict[str, str] = {}
-    for c, addrs in addresses.items():
+    for c, addrs in [*host_addresses.items(), *addresses.items()]:
         for a in addrs:
             if a in owners:
                 problems.append(f"address {a} belongs to both {owners[a]} and {c}")
             owners[a] = c
     if problems:
         raise ValueError("topology: " + "; ".join(problems))
-    return Topology(racks, hosts, addresses)
+    return Topology(racks, hosts, addresses, host_addresses)
 
 
 def _ipv4(a: object) -> bool:
@@ -108,9 +132,9 @@ def _ipv4(a: object) -> bool:
 
 def addresses_for(local: Mapping[str, Sequence[str]], topo: Topology) -> tuple[set[str], set[str]]:
     """The accounting sets' contents: this host's container addresses, and every known
-    container's address (a local container is a peer of the other local ones)."""
+    container's and host's address (a local container is a peer of the other local ones)."""
     mine = {a for addrs in local.values() for a in addrs}
-    peers = {a for addrs in topo.addresses.values() for a in addrs} | mine
+    peers = set(topo.owner()) | mine
     return mine, peers
 
 
@@ -140,8 +164,9 @@ class NftAccounting:
     """The monitor's nftables table; ``nft`` is the argv prefix (e.g. with nsenter).
 
     Sets: ``locals`` (this host's container addresses), ``peers`` (every known
-    container's address) and ``flows``, a dynamic set of (local . peer) with a counter
-    per element, filled from the packet path: only pairs that actually talk get an
+    container's and host's address, the locals among them) and ``flows``, a dynamic set
+    of (source . destination) with a counter per element, one of the two a local
+    container, filled from the packet path: only pairs that actually talk get an
     element, so reading costs in proportion to the active flows, not to locals x peers
     (8,128 static pairs cost nft 0.17 s of CPU per listing here). An element idle for
     ``FLOW_TIMEOUT`` expires; its next packet starts a new counter, which ``rates``
@@ -177,7 +202,13 @@ class NftAccounting:
         """(Re)create the table with these addresses, atomically (one transaction)."""
         members = self._members(locals_, peers)
         lists = {k: ", ".join(sorted(a for kind, a in members if kind == k)) for k in "lp"}
-        match = "ip saddr @locals ip daddr @peers update @flows { ip saddr . ip daddr }"
+        # sent: a local container is the source; received: the destination (and the
+        # source is no local container, whose sending is counted already)
+        sent = "ip saddr @locals ip daddr @peers update @flows { ip saddr . ip daddr }"
+        received = (
+            "ip daddr @locals ip saddr != @locals ip saddr @peers "
+            "update @flows { ip saddr . ip daddr }"
+        )
         t = self.table
         lines = [
             f"add table bridge {t}",
@@ -189,8 +220,11 @@ class NftAccounting:
             + (f" elements = {{ {lists['p']} }};" if lists["p"] else "") + " }",
             f"  set flows {{ type ipv4_addr . ipv4_addr; size {self.MAX_FLOWS}; "
             f"flags dynamic,timeout; timeout {self.FLOW_TIMEOUT}; counter; }}",
-            f"  chain forward {{ type filter hook forward priority 0; policy accept; {match}; }}",
-            f"  chain input {{ type filter hook input priority 0; policy accept; {match}; }}",
+            "  chain forward { type filter hook forward priority 0; policy accept;",
+            f"    {sent}; {received}; }}",
+            f"  chain input {{ type filter hook input priority 0; policy accept; {sent}; }}",
+            "  chain output { type filter hook output priority 0; policy accept;",
+            f"    {received}; }}",
             "}",
         ]  # fmt: skip
         self._run(["-f", "-"], "\n".join(lines) + "\n")
@@ -228,9 +262,17 @@ class NftAccounting:
 
 @dataclass(frozen=True)
 class PeerRate:
+    """What a local container exchanged with one peer (container or host), per second."""
+
     peer: str
-    bytes_per_s: float
+    sent_per_s: float
+    received_per_s: float
     link: LinkClass
+
+    @property
+    def bytes_per_s(self) -> float:
+        """Both directions: what the report carries."""
+        return self.sent_per_s + self.received_per_s
 
 
 def rates(
@@ -242,21 +284,29 @@ def rates(
     topo: Topology,
     host: str,
 ) -> dict[str, list[PeerRate]]:
-    """Per local container, bytes per second sent to each peer over ``dt`` seconds. A
-    counter that went down was re-created: its whole value is the delta."""
-    owner = topo.owner()
+    """Per local container, bytes per second sent to and received from each peer over
+    ``dt`` seconds, from the (source, destination) counters. A counter that went down was
+    re-created: its whole value is the delta."""
     mine = {a: c for c, addrs in local.items() for a in addrs}
-    sums: dict[tuple[str, str], int] = {}
-    for pair, b in after.items():
-        src, peer = mine.get(pair[0]), owner.get(pair[1])
-        if src is None or peer is None or peer == src:
-            continue
-        prev = before.get(pair, 0)
+    owner = topo.owner() | mine
+    sums: dict[tuple[str, str], list[int]] = {}  # (local, peer) -> [sent, received]
+    for (src_a, dst_a), b in after.items():
+        prev = before.get((src_a, dst_a), 0)
         delta = b - prev if b >= prev else b
-        sums[(src, peer)] = sums.get((src, peer), 0) + delta
+        if delta <= 0:
+            continue
+        src, dst = mine.get(src_a), mine.get(dst_a)
+        if src is not None:  # a local container sent it
+            peer = owner.get(dst_a)
+            if peer is not None and peer != src:
+                sums.setdefault((src, peer), [0, 0])[0] += delta
+        if dst is not None:  # a local container received it
+            peer = owner.get(src_a)
+            if peer is not None and peer != dst:
+                sums.setdefault((dst, peer), [0, 0])[1] += delta
     out: dict[str, list[PeerRate]] = {}
-    for (src, peer), d in sorted(sums.items()):
+    for (name, peer), (sent, received) in sorted(sums.items()):
         link = topo.classify(host, peer)
-        if d > 0 and link is not None:
-            out.setdefault(src, []).append(PeerRate(peer, d / dt, link))
+        if link is not None:
+            out.setdefault(name, []).append(PeerRate(peer, sent / dt, received / dt, link))
     return out

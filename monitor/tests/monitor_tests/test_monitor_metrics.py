@@ -163,7 +163,9 @@ def test_the_agents_series_carry_what_it_measured(cgroups: CgroupSet, tmp_path: 
         dict(k[1])["state"] for k in s if dict(k[1]).get("sampler") == "power:rapl"
     )
     for link in ("same-host", "same-rack", "cross-rack"):
-        assert value(s, "clavis_monitor_traffic_bytes_per_second", link=link) == 0.0
+        for direction in ("sent", "received"):
+            assert value(s, "clavis_monitor_traffic_bytes_per_second", link=link,
+                         direction=direction) == 0.0  # fmt: skip
     assert value(s, "clavis_monitor_reports_total") == 2.0
     assert value(s, "clavis_monitor_spool_reports") == 2.0
     assert value(s, "clavis_monitor_spool_bytes") == float(
