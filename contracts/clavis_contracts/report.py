@@ -36,9 +36,9 @@ class PowerReading(Strict):
 
 
 class PeerTraffic(Strict):
-    """Bytes per second this container sent to one peer container over the interval."""
+    """Bytes per second this container sent to and received from one peer, summed."""
 
-    peer: Name = Field(description="Peer container (Slurm node) name.")
+    peer: Name = Field(description="Peer container (Slurm node) name, or peer host name.")
     bytes_per_s: float = Field(ge=0, le=1e13)
 
 
