@@ -27,7 +27,7 @@ def test_the_internal_loop_decides_and_plans_on_its_own(tmp_path: Path) -> None:
     try:
         # Nothing reported yet: the loop's passes decide there is nothing to do.
         wait_for(lambda: "repack decision=no-change no container has reported" in log.read_text(),
-                 8, "the loop's first pass")  # fmt: skip
+                 15, "the loop's first pass")  # fmt: skip
         assert d.call("GET", "/api/v1/plans") == []
         t0 = time.time() - 20
         for i in range(8):
