@@ -84,6 +84,8 @@ def testbed() -> Iterator[dict[str, Any]]:
             time.sleep(0.3)
         st["idle_after_s"] = time.monotonic() - t0
         st["idle_states"] = states
+        # the table `up` printed, for test_table.py
+        st["up_stdout"] = cp.stdout
         yield st
     finally:
         down = tb.tb("down", check=False)

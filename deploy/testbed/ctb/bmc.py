@@ -63,14 +63,18 @@ def _sdr(name: str) -> list[int]:
     return rec
 
 
-def write_config(host: Host) -> tuple[Path, Path, str]:
-    """lan.conf and the .emu command file for one host; return them and the password."""
+def write_config(host: Host, initial_w: float) -> tuple[Path, Path, str]:
+    """lan.conf and the .emu command file for one host; return them and the password.
+
+    The watts file starts at initial_w (the host's idle watts: it is powered and its
+    containers are not started yet), so neither the sensor nor DCMI ever reads 0 W
+    from a powered host before the power model's first update."""
     d = paths.BMC / host.name
     (d / "state").mkdir(parents=True, exist_ok=True)
     watts = d / "watts"
     power = d / "power"
     if not watts.exists():
-        watts.write_text("0\n")
+        watts.write_text(f"{round(initial_w)}\n")
     power.write_text("1\n")
     password = secrets.token_hex(8)
     pw_file = d / "password"
@@ -109,8 +113,8 @@ mc_enable 0x20
     return lan, emu, password
 
 
-def start(host: Host) -> Owned:
-    lan, emu, _ = write_config(host)
+def start(host: Host, initial_w: float) -> Owned:
+    lan, emu, _ = write_config(host, initial_w)
     d = lan.parent
     return spawn(
         f"ipmi_sim-{host.name}",

@@ -162,7 +162,7 @@ def _build(st: State) -> None:
     st.save()
 
     for host in topo.hosts():
-        st.processes.append(bmc.start(host))
+        st.processes.append(bmc.start(host, topo.power.idle_w))
         st.save()
     st.processes.append(
         spawn("powerd", [sys.executable, str(ENTRY), "powerd"], paths.LOG / "powerd.log")
