@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import bmc, containers, net, paths, power, slurm
+from . import bmc, containers, mpi, net, paths, power, slurm
 from .proc import CommandError, in_netns, spawn, start_time, stop
 from .state import State, StateError, load
 from .topology import Topology, TopologyError
@@ -155,6 +155,7 @@ def _build(st: State) -> None:
         d.mkdir(parents=True, exist_ok=True)
     paths.SHARED.chmod(0o1777)
     bmc.build_module()
+    mpi.build()
     st.save()
     _say(f"artefacts ready ({time.monotonic() - t0:.1f}s); building network")
 

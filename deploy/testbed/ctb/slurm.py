@@ -11,7 +11,7 @@ import os
 import socket
 import time
 
-from . import paths
+from . import mpi, paths
 from .proc import CommandError, Owned, in_netns, run, spawn
 from .topology import Topology
 
@@ -47,6 +47,8 @@ def write_conf(topo: Topology) -> None:
         "ProctrackType=proctrack/linuxproc",
         "TaskPlugin=task/none",
         "MpiDefault=none",
+        # LD_PRELOADs the MPI_Finalize barrier MPICH 4.0.2 needs here (mpi.py)
+        f"TaskProlog={mpi.TASK_PROLOG}",
         "SchedulerType=sched/backfill",
         "SelectType=select/cons_tres",
         "SelectTypeParameters=CR_Core",
