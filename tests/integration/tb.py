@@ -156,6 +156,29 @@ def snapshot() -> dict[str, list[str]]:
     }
 
 
+# What the testbed names its objects (docs/testbed.md): other sessions on the machine
+# (the monitor's tests, say) create and remove namespaces, links and cgroups of their
+# own while these tests run, so a comparison only counts objects with our names.
+_OURS = {
+    "netns": re.compile(r"^ctb-"),
+    "links": re.compile(r"^(v-r\d|h-r\d|c-r\d|core[:@]|uplink[:@]|br0[:@])"),
+    "iptables": re.compile(r"CLAVIS|10\.213\."),
+    "cgroups": re.compile(r"/lxc\.(payload|monitor)\.r\d+h\d+c\d+$|/lxc\.pivot$"),
+    "run_dir": re.compile(r""),
+}
+
+
+def left_behind(before: dict[str, list[str]]) -> dict[str, list[str]]:
+    """Testbed objects present now that were not in the snapshot `before` ({} = none)."""
+    now = snapshot()
+    extra = {}
+    for key, items in now.items():
+        new = sorted(i for i in set(items) - set(before[key]) if _OURS[key].search(i))
+        if new:
+            extra[key] = new
+    return extra
+
+
 def live_pids(pids: list[int]) -> list[int]:
     """PIDs that still exist and are not zombies (PID 1 here reaps late)."""
     out = []
