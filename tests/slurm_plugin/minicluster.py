@@ -5,8 +5,10 @@ a few seconds, and each test gets a fresh one with the SelectType it asks for.""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -26,16 +28,37 @@ def _free_port() -> int:
 
 
 class MiniCluster:
-    def __init__(self, root: Path, select: str, nodes: int = 4) -> None:
+    """`root` is the cluster's directory as this process sees it. With `chroot`, the
+    daemons and commands run in that root (the Debian 13 root with Slurm 24.11), `root`
+    must lie inside it, and `build` is the plugins' directory as seen from inside."""
+
+    def __init__(
+        self,
+        root: Path,
+        select: str,
+        nodes: int = 4,
+        chroot: Path | None = None,
+        build: Path = BUILD,
+    ) -> None:
         self.root, self.select, self.names = root, select, [f"n{i}" for i in range(1, nodes + 1)]
+        self.chroot, self.build = chroot, build
         self.conf = root / "slurm.conf"
         self.advice = root / "advice.json"
         self.procs: list[subprocess.Popen[bytes]] = []
 
+    def inside(self, path: Path) -> Path:
+        """A path of ours as the daemons see it."""
+        if self.chroot is None:
+            return path
+        return Path("/") / path.relative_to(self.chroot)
+
+    def cmd(self, argv: list[str]) -> list[str]:
+        return argv if self.chroot is None else ["chroot", str(self.chroot), *argv]
+
     def write_conf(self, advice_max_bytes: int | None = None) -> None:
         for d in ("state", "log", "spool"):
             (self.root / d).mkdir(parents=True, exist_ok=True)
-        r = self.root
+        r = self.inside(self.root)
         lines = [
             "ClusterName=clavistest",
             "SlurmctldHost=localhost(127.0.0.1)",
@@ -50,7 +73,7 @@ class MiniCluster:
             f"SlurmdPidFile={r}/slurmd-%n.pid",
             f"SlurmctldLogFile={r}/log/slurmctld.log",
             f"SlurmdLogFile={r}/log/slurmd-%n.log",
-            f"PluginDir={DEBIAN_PLUGINS}:{BUILD}",
+            f"PluginDir={DEBIAN_PLUGINS}:{self.build}",
             "ProctrackType=proctrack/linuxproc",
             "TaskPlugin=task/none",
             f"SelectType={self.select}",
@@ -71,25 +94,29 @@ class MiniCluster:
             )
         lines.append("PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
         self.conf.write_text("\n".join(lines) + "\n")
-        (r / "cgroup.conf").write_text("CgroupPlugin=cgroup/v1\nCgroupAutomount=no\n")
-        conf = [f"AdvicePath={self.advice}"]
+        (self.root / "cgroup.conf").write_text("CgroupPlugin=cgroup/v1\nCgroupAutomount=no\n")
+        conf = [f"AdvicePath={self.inside(self.advice)}"]
         if advice_max_bytes is not None:
             conf.append(f"AdviceMaxBytes={advice_max_bytes}")
-        (r / "select_clavis.conf").write_text("\n".join(conf) + "\n")
+        (self.root / "select_clavis.conf").write_text("\n".join(conf) + "\n")
         # the SPANK plugin carries --clavis-class to slurmctld; no monitor here
-        (r / "plugstack.conf").write_text(
-            f"optional {BUILD / 'spank_clavis.so'} socket={r}/no-monitor.sock\n"
+        self.use_monitor(self.root / "no-monitor.sock")
+
+    def use_monitor(self, sock: Path) -> None:
+        """plugstack.conf with spank_clavis.so talking to `sock` (a path of ours)."""
+        (self.root / "plugstack.conf").write_text(
+            f"optional {self.build / 'spank_clavis.so'} socket={self.inside(sock)}\n"
         )
 
     def env(self) -> dict[str, str]:
-        return {**os.environ, "SLURM_CONF": str(self.conf)}
+        return {**os.environ, "SLURM_CONF": str(self.inside(self.conf))}
 
     def start(self, advice_max_bytes: int | None = None) -> None:
         self.write_conf(advice_max_bytes)
         out = open(self.root / "log" / "daemons.out", "ab")  # noqa: SIM115 - kept for the children
         self.procs.append(
             subprocess.Popen(
-                ["slurmctld", "-D", "-i", "-f", str(self.conf)],
+                self.cmd(["slurmctld", "-D", "-i", "-f", str(self.inside(self.conf))]),
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -99,7 +126,7 @@ class MiniCluster:
         for n in self.names:
             self.procs.append(
                 subprocess.Popen(
-                    ["slurmd", "-D", "-N", n, "-f", str(self.conf)],
+                    self.cmd(["slurmd", "-D", "-N", n, "-f", str(self.inside(self.conf))]),
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
@@ -121,7 +148,7 @@ class MiniCluster:
 
     def run(self, argv: list[str], check: bool = True) -> subprocess.CompletedProcess[str]:
         cp = subprocess.run(
-            argv,
+            self.cmd(argv),
             capture_output=True,
             text=True,
             timeout=60,
@@ -135,7 +162,7 @@ class MiniCluster:
 
     def submit(self, *opts: str) -> int:
         """A job that holds its nodes; returns once it runs (or raises)."""
-        out = self.run(["sbatch", "--parsable", "-o", "/dev/null", *opts, "--wrap", "sleep 300"])
+        out = self.run(["sbatch", "--parsable", "-o", "/dev/null", *opts, "--wrap", "sleep 120"])
         return int(out.stdout.strip().split(";")[0])
 
     def placed(self, job: int, timeout: float = 20.0) -> str:
@@ -173,6 +200,25 @@ class MiniCluster:
                 p.kill()
                 p.wait(timeout=5)
         self.procs.clear()
+        for pid in self.job_processes():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+    def job_processes(self) -> list[int]:
+        """Processes of this cluster's jobs still alive (their environment names our
+        slurm.conf): a step killed while its slurmd stopped can leave one behind."""
+        mark = f"SLURM_CONF={self.inside(self.conf)}".encode()
+        found = []
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit() or int(proc.name) == os.getpid():
+                continue
+            try:
+                env = (proc / "environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if mark in env:
+                found.append(int(proc.name))
+        return found
 
 
 def slurm_available() -> bool:
