@@ -22,6 +22,7 @@ from clavis_monitor.config import ContainersConfig
 V1_CONTROLLERS = ("cpuacct", "memory", "cpuset", "perf_event")
 UNLIMITED_BYTES = 2**60
 _JOB_DIR = re.compile(r"^job_(\d+)$")
+_STEPD = re.compile(r"^slurmstepd: \[(\d+)")  # the title slurmstepd gives itself
 _NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 _IPV4 = re.compile(r"^lxc\.net\.\d+\.ipv4\.address\s*=\s*([0-9.]+)")
 
@@ -44,7 +45,7 @@ def _read(path: Path | str) -> str:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         try:
-            return os.read(fd, 65536).decode("ascii")
+            return os.read(fd, 65536).decode("ascii", "replace")
         finally:
             os.close(fd)
     except (FileNotFoundError, ProcessLookupError, NotADirectoryError) as exc:
@@ -217,28 +218,103 @@ def memory_limit(c: Container, host_bytes: int) -> int:
     return min(int(text), host_bytes)
 
 
-def jobs_in(c: Container, max_depth: int = 5) -> list[int]:
-    """Slurm job ids whose cgroups (``job_N``, made by proctrack/task cgroup inside the
-    container) exist under the container's cgroup: the fallback when no SPANK
-    registration arrived."""
+def _cgroup_dirs(c: Container, max_depth: int) -> list[Path]:
+    """The container's cgroup and its descendants (up to ``max_depth`` below it) in the
+    hierarchy the CPU time is read from."""
     base = c.cgroups.get("cpuacct") or c.cgroups.get("unified") or next(iter(c.cgroups.values()))
-    jobs: set[int] = set()
-    stack = [(base, 0)]
+    out, stack = [], [(base, 0)]
     while stack:
         d, depth = stack.pop()
+        out.append(d)
+        if depth + 1 > max_depth:
+            continue
         try:
             entries = list(os.scandir(d))
         except OSError:
             continue
-        for e in entries:
-            if not e.is_dir(follow_symlinks=False):
-                continue
-            m = _JOB_DIR.match(e.name)
-            if m:
-                jobs.add(int(m.group(1)))
-            elif depth + 1 < max_depth:
-                stack.append((Path(e.path), depth + 1))
+        stack.extend((Path(e.path), depth + 1) for e in entries if e.is_dir(follow_symlinks=False))
+    return out
+
+
+def _stat(pid: int) -> tuple[str, int] | None:
+    """(comm, parent pid) from /proc/PID/stat; None when the process has gone."""
+    try:
+        text = _read(f"/proc/{pid}/stat")
+    except VanishedError:
+        return None
+    head, _, tail = text.rpartition(")")
+    fields = tail.split()
+    return head.partition("(")[2], int(fields[1]) if len(fields) > 1 else 0
+
+
+def slurm_tasks(c: Container, max_depth: int = 5) -> dict[int, set[int]]:
+    """Per Slurm job, the processes of its steps inside the container: each
+    ``slurmstepd: [JOB.STEP]`` process in the container's cgroups and its descendants
+    there. Slurm's proctrack/linuxproc and task/none make no ``job_N`` cgroups (the
+    testbed runs so), but every step of a job has its slurmstepd in the container."""
+    procs: dict[int, tuple[str, int]] = {}
+    for d in _cgroup_dirs(c, max_depth):
+        try:
+            pids = [int(x) for x in _read(d / "cgroup.procs").split()]
+        except (VanishedError, ValueError):
+            continue
+        for pid in pids:
+            st = _stat(pid)
+            if st is not None:
+                procs[pid] = st
+    job_of: dict[int, int] = {}
+    for pid, (comm, _ppid) in procs.items():
+        if comm != "slurmstepd":
+            continue
+        try:
+            m = _STEPD.match(_read(f"/proc/{pid}/cmdline"))
+        except VanishedError:
+            continue
+        if m:
+            job_of[pid] = int(m.group(1))
+    out: dict[int, set[int]] = {}
+    for pid in procs:
+        at, seen = pid, 0
+        while at in procs and at not in job_of and seen < len(procs):
+            at, seen = procs[at][1], seen + 1  # up the tree, within the container
+        if at in job_of:
+            out.setdefault(job_of[at], set()).add(pid)
+    return out
+
+
+def jobs_in(c: Container, max_depth: int = 5) -> list[int]:
+    """Slurm job ids running in the container, from its cgroups: the fallback when no
+    SPANK registration arrived. A job is found by the ``job_N`` cgroups that Slurm's
+    proctrack/task cgroup plugins make inside the container, or by its slurmstepd
+    processes in the container's cgroups (:func:`slurm_tasks`)."""
+    jobs: set[int] = set()
+    dirs = _cgroup_dirs(c, max_depth)
+    for d in dirs:
+        m = _JOB_DIR.match(d.name)
+        if m:
+            jobs.add(int(m.group(1)))
+    jobs.update(slurm_tasks(c, max_depth))
     return sorted(jobs)
+
+
+def pid_container(pid: int, containers: list[Container], cgroup_root: Path) -> str | None:
+    """The container whose cgroups hold process ``pid`` (by ``/proc/PID/cgroup``); None
+    for a process of no container or one that has gone."""
+    hierarchies = _hierarchies(cgroup_root)
+    try:
+        text = _read(f"/proc/{pid}/cgroup")
+    except VanishedError:
+        return None
+    paths = {line.split(":", 2)[2] for line in text.splitlines() if line.count(":") >= 2}
+    for c in containers:
+        for ctl, d in c.cgroups.items():
+            hier = hierarchies.get(ctl)
+            if hier is None:
+                continue
+            rel = "/" + d.relative_to(hier).as_posix()
+            if any(p == rel or p.startswith(rel + "/") for p in paths):
+                return c.name
+    return None
 
 
 def host_memory_bytes() -> int:
