@@ -5,6 +5,11 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 root=$("$here/compat/slurm24-root.sh")
+# one build in the root at a time (its bind mounts and /clavis-build are shared)
+if [[ -z ${CLAVIS_B24_LOCKED:-} ]]; then
+    export CLAVIS_B24_LOCKED=1
+    exec flock -w 1800 /run/lock/clavis-build24.lock "$0" "$@"
+fi
 mounted=()
 cleanup() {
     local i

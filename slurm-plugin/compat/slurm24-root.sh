@@ -17,6 +17,11 @@ die() {
 }
 
 cache=${CLAVIS_CACHE:-/var/cache/clavis}
+# one builder at a time (two test sessions may start together); others wait, then reuse
+if [[ -z ${CLAVIS_S24_LOCKED:-} && -w /run/lock ]]; then
+    export CLAVIS_S24_LOCKED=1
+    exec flock -w 1800 /run/lock/clavis-slurm24.lock "$0" "$@"
+fi
 root=$cache/trixie-slurm-1
 if [[ -f $root/.clavis-root ]]; then
     echo "$root"

@@ -45,6 +45,11 @@ fi
 debver=$(dpkg-query -W -f='${Version}' slurmctld 2>/dev/null) ||
     die "slurmctld is not installed (make testbed-install)"
 cache=${CLAVIS_CACHE:-/var/cache/clavis}
+# one builder at a time (two test sessions may start together); others wait, then reuse
+if [[ -z ${CLAVIS_SRC_LOCKED:-} && -w /run/lock ]]; then
+    export CLAVIS_SRC_LOCKED=1
+    exec flock -w 1800 /run/lock/clavis-slurm-src.lock "$0" "$@"
+fi
 dest=$cache/slurm-src-$debver
 if [[ -f $dest/.clavis-slurm-src ]]; then
     check_tree "$dest"
