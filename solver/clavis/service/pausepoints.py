@@ -7,7 +7,8 @@ the variable, which is how clavisd always runs outside those tests, a point is o
 comparison. The points:
 
 - ``plan-insert``: inside the transaction that stores a new plan, before its commit;
-- ``plan-created``: the plan is committed, none of its steps has been dispatched.
+- ``plan-created``: the plan is committed, none of its steps has been dispatched;
+- ``step-dispatched``: a step's dispatch is committed, its request not yet sent.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from clavis.objectives import Weights, contended_hosts, score, violations
 from clavis.placement import SolveOptions, place
 from clavis.service.agents import AgentProtocolError, AgentUnavailableError, MigratorClient
 from clavis.service.config import RepackConfig
+from clavis.service.pausepoints import pause_point
 from clavis.service.plan import Plan, moves_between, order, peak_loads
 from clavis.service.snapshot import Snapshot
 from clavis.service.store import Store
@@ -176,6 +177,7 @@ class Executor:
                 self.store.set_step(
                     plan_id, s.idx, "dispatched", "sent to agent", now, dispatched=True
                 )
+                pause_point("step-dispatched")
             try:
                 if s.state in ("pending", "dispatched"):
                     status = self.client.send(step)

@@ -2,9 +2,10 @@
 no container is moved twice, and no finished step loses its record.
 
 The points: inside the transaction that stores the plan, just after it is committed with
-no step dispatched (both held there by clavisd's pause points, service/pausepoints.py),
-between a step's dispatch and the agent's answer (held by the protocol recorder), and with
-one step done and the next in flight."""
+no step dispatched, just after a step's dispatch is committed and before its request is
+sent (these three held there by clavisd's pause points, service/pausepoints.py), between a
+step's dispatch and the agent's answer (held by the protocol recorder), and with one step
+done and the next in flight."""
 
 from __future__ import annotations
 
@@ -152,7 +153,7 @@ def _each_container_moved_once(
     assert sorted(done) == [s["idx"] for s in final["steps"]]
 
 
-@pytest.mark.parametrize("point", ["plan-insert", "plan-created"])
+@pytest.mark.parametrize("point", ["plan-insert", "plan-created", "step-dispatched"])
 def test_kill9_while_the_plan_is_stored_then_restart_moves_each_container_once(
     tmp_path: Path, recorder: ProtocolRecorder, store_url: str, point: str
 ) -> None:
@@ -177,14 +178,14 @@ def test_kill9_while_the_plan_is_stored_then_restart_moves_each_container_once(
             assert out["decision"] == "planned", out
             plan = out["plan"]["id"]
         else:
-            # Committed as running, every step pending and never dispatched: the restarted
-            # clavisd resumed it by itself.
+            # Committed as running, every step pending (or the first one marked dispatched,
+            # its request never sent): the restarted clavisd resumed the plan by itself.
             (stored,) = seen["plans"]
             plan = stored["id"]
             assert stored["state"] == "running"
-            assert {(r["state"], r["dispatches"]) for r in seen["migration_steps"]} == {
-                ("pending", 0)
-            }
+            states = sorted((r["state"], r["dispatches"]) for r in seen["migration_steps"])
+            first = ("dispatched", 1) if point == "step-dispatched" else ("pending", 0)
+            assert states == sorted([first] + [("pending", 0)] * (len(states) - 1))
             wait_for(lambda: f"resumed plans [{plan}]" in d.log.read_text(), 30, "the resume")
         final = _finish(d, plan)
     finally:
