@@ -1,6 +1,6 @@
 """Testbed up time (issue 5): `clavis-testbed up` from a cold and from a warm cache.
 
-    python bench/testbed/testbed_bench.py [--warm-runs 3] [--no-write]
+    python bench/testbed/testbed_bench.py [--warm-runs 3] [--no-write | --render]
 
 Root only. The cold run gets a new, empty cache directory (the testbed reads its cache
 from CLAVIS_CACHE), so `up` fetches CRIU 4.2.1's source from Debian sid, builds it,
@@ -25,6 +25,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -186,47 +187,74 @@ def _row(r: dict[str, Any]) -> str:
     )
 
 
+def _reflow(markdown: str) -> str:
+    """Fill prose paragraphs to 88 columns; headings and tables stay as they are."""
+    out = []
+    for para in markdown.strip().split("\n\n"):
+        if para.startswith(("#", "|")):
+            out.append(para)
+        else:
+            out.append(textwrap.fill(" ".join(para.split()), 88, break_on_hyphens=False))
+    return "\n\n".join(out) + "\n"
+
+
 def section(res: dict[str, Any]) -> str:
     rows = "\n".join(_row(r) for r in res["runs"])
     cold = res["runs"][0]
     inst = res["install_present"]
-    inst_text = (
-        f"`deploy/testbed/install.sh` with every package present took {inst['wall_s']:.1f} s"
-        if not inst["installed_packages"]
-        else f"`deploy/testbed/install.sh` installed {inst['installed_packages']} missing "
-        f"packages in {inst['wall_s']:.1f} s"
-    )
-    tools = "; ".join(res["tools"].values())
-    return f"""## Testbed up time (`bench/testbed/testbed_bench.py`)
+    if inst["installed_packages"]:
+        inst_text = (
+            f"`deploy/testbed/install.sh` installed {inst['installed_packages']} missing "
+            f"packages first ({_s(inst['wall_s'])})."
+        )
+    else:
+        inst_text = (
+            f"`deploy/testbed/install.sh` (`make testbed-install`) with every package "
+            f"present: {_s(inst['wall_s'])}."
+        )
+    tools = res["tools"]
+    return _reflow(f"""## Testbed up time (`bench/testbed/testbed_bench.py`)
 
 `deploy/testbed/clavis-testbed up` with the default topology (2 racks x 2 hosts x 2
 containers = {cold["nodes"]} Slurm nodes, {cold["hosts"]} BMCs), timed from the command's start
 until it returns, which is when every node is `idle` in `sinfo`; then `down`, timed too.
-The cold run gets a new, empty cache directory (`CLAVIS_CACHE`), so it includes fetching
-and building CRIU and building the container rootfs; the warm runs reuse that cache.
-"artefacts" is the part `up` reports for CRIU, rootfs and the DCMI module; "up says" is
-its own total (it starts after Python and the state checks). Load average (1 min) before
+The cold run gets a new, empty cache directory (`CLAVIS_CACHE`), so it includes
+fetching CRIU 4.2.1's source from Debian sid (apt), building it and building the
+container rootfs; the warm runs reuse that cache. "artefacts" is the part `up` reports
+for CRIU, the rootfs, the DCMI module and the MPI_Finalize wrapper; "up says" is its
+own total (it starts after Python and the state checks). Load average (1 min) before
 each run: other work on the machine shares its 2 cores.
 
 | case | what it includes | wall time | artefacts | up says | down | load before |
 |---|---|---|---|---|---|---|
 {rows}
 
-Cold {_s(res["cold_wall_s"])}, warm {_s(res["warm_median_wall_s"])} (median of
-{len(res["runs"]) - 1}). {inst_text}. Installing the testbed's packages on a machine without
-them (22 packages) took 41 s when measured by hand on 2026-11-22; the bench does not
-repeat that, since it would have to remove the machine's packages.
+Cold {_s(res["cold_wall_s"])}; warm {_s(res["warm_median_wall_s"])} (median of
+{len(res["runs"]) - 1} runs). {inst_text} Installing the testbed's packages on a
+machine without them (22 packages) took 41 s when measured by hand on 2026-11-22; the
+bench does not repeat that, as it would have to remove the machine's packages.
 
-{describe(res["machine"])} {tools}. Command: `make bench-testbed`
-(`python bench/testbed/testbed_bench.py --warm-runs {len(res["runs"]) - 1}`).
-"""
+{describe(res["machine"])} Kernel {res["machine"]["kernel"]}; Slurm:
+{tools["slurm"]}; LXC {tools["lxc"]}.
+Command (as root): `make bench-testbed`
+(`python bench/testbed/testbed_bench.py --warm-runs {len(res["runs"]) - 1}`); raw results
+in `bench/results/testbed.json`.
+""")
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--warm-runs", type=int, default=3)
     p.add_argument("--no-write", action="store_true", help="print only (for quick checks)")
+    p.add_argument(
+        "--render", action="store_true", help="only rewrite the docs section from the results"
+    )
     args = p.parse_args()
+    results = ROOT / "bench" / "results" / "testbed.json"
+    if args.render:
+        saved = json.loads(results.read_text())
+        write_section(ROOT / "docs" / "benchmarks.md", SECTION, section(saved))
+        return 0
     if os.geteuid() != 0:
         print("testbed bench: must run as root", file=sys.stderr)
         return 1
@@ -241,7 +269,7 @@ def main() -> int:
         return 1
     print(json.dumps({k: v for k, v in res.items() if k != "machine"}, indent=1))
     if not args.no_write:
-        write_json(ROOT / "bench" / "results" / "testbed.json", res)
+        write_json(results, res)
         write_section(ROOT / "docs" / "benchmarks.md", SECTION, section(res))
     return 0
 
