@@ -8,7 +8,14 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from clavis.documents import describe
 
@@ -111,6 +118,14 @@ class RepackConfig(_Section):
 class MigratorConfig(_Section):
     address: str = Field(default="{host}:7781", description="Agent address; {host} is replaced.")
     timeout_s: float = Field(default=5.0, gt=0, description="Per request to an agent.")
+
+    @field_validator("address")
+    @classmethod
+    def _host_and_port(cls, v: str) -> str:
+        host, colon, port = v.replace("{host}", "h").rpartition(":")
+        if not (colon and host and port.isdigit() and 1 <= int(port) <= 65535):
+            raise ValueError(f"{v!r} is not host:port (port 1-65535; {{host}} names the host)")
+        return v
 
 
 class AdviceConfig(_Section):

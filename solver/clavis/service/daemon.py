@@ -232,7 +232,13 @@ class Clavisd:
             plan_id = self.store.create_plan(f_current, f_target, summary, steps, now,
                                              state="running")  # fmt: skip
             pause_point("plan-created")
-            self.executor.start(plan_id)
+            try:
+                self.executor.start(plan_id)
+            except Exception as exc:
+                # A running plan with no thread would be resumed at the next start beside
+                # newer plans; a failed one is never sent again.
+                self.store.set_plan(plan_id, "failed", f"not started: {exc!r}", time.time())
+                raise
             p = self.store.plan(plan_id)
             message = (p.message or d.message) if p else d.message
             out: PlanOut = plan_out(self, plan_id)

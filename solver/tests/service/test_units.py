@@ -125,11 +125,20 @@ def test_plans_never_overload_a_host(
 
 def test_config_lists_every_problem(tmp_path: Path) -> None:
     cfg = tmp_path / "c.toml"
-    cfg.write_text('bogus = 1\n[repack]\nmargin = 2\n[server]\nport = "x"\n')
+    cfg.write_text('bogus = 1\n[repack]\nmargin = 2\n[server]\nport = "x"\n'
+                   '[migrator]\naddress = "{host}:99999"\n')  # fmt: skip
     with pytest.raises(ConfigError) as err:
         load_config(cfg)
     text = str(err.value)
     assert "bogus" in text and "repack.margin" in text and "server.port" in text
+    assert "migrator.address" in text and "'{host}:99999' is not host:port" in text
+    for good in ("{host}:7781", "127.0.0.1:9", "[::1]:7781", "{host}.agents.example:80"):
+        cfg.write_text(f'[migrator]\naddress = "{good}"\n')
+        assert load_config(cfg).migrator.address == good
+    for bad in ("{host}", "{host}:", ":7781", "{host}:x", "{host}:0"):
+        cfg.write_text(f'[migrator]\naddress = "{bad}"\n')
+        with pytest.raises(ConfigError, match=r"migrator\.address"):
+            load_config(cfg)
     cfg.write_text("[server\n")
     with pytest.raises(ConfigError, match="not valid TOML"):
         load_config(cfg)
