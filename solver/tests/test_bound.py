@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import random
+import time
 
 import pytest
 from conftest import container, host, instance
 
-from clavis.instance import build_instance
+from clavis.instance import Instance, build_instance
 from clavis.model import Placement
 from clavis.objectives import Weights, bounds, evaluate, score, violations
-from clavis.placement import SolveOptions, place, rackmodel
+from clavis.placement import SolveOptions, place, racklns, rackmodel
 from clavis.placement import bound as rack
 from clavis.placement.baselines import corerr, noderr
 from clavis.synthetic import small_instance, table53_instance
@@ -133,3 +134,70 @@ def test_all_to_all_jobs_solve_like_the_listed_flows() -> None:
     assert plain.assignment is not None and plain.score is not None
     assert plain.score.F >= a.score.F - 1e-9
     assert pytest.approx(plain.score.F) == score(spelt, plain.assignment, w).F
+
+
+def _rack_search_case() -> tuple[Instance, Weights, rack.RackProblem]:
+    cluster, workload = table53_instance(seed=21, max_containers=24, hosts=96)
+    inst = build_instance(cluster, workload)
+    w = Weights(3, 8, 6)
+    pb = rack.prepare(inst, w, bounds(inst))
+    assert pb is not None and len(pb.racks) == 3
+    return inst, w, pb
+
+
+def test_rack_search_improves_and_f_moves_with_the_rack_costs() -> None:
+    inst, w, pb = _rack_search_case()
+    limits = bounds(inst)
+    start = noderr(inst)
+    assert start is not None
+    seen: list[float] = []
+    got = racklns.improve(
+        pb, inst, start, deadline=time.monotonic() + 10, seed=3,
+        found=lambda a: seen.append(score(inst, a, w, limits).F),
+    )  # fmt: skip
+    assert got is not None and violations(inst, got) == []
+    before, after = score(inst, start, w, limits).F, score(inst, got, w, limits).F
+    assert after < before
+    assert seen == sorted(seen, reverse=True) and seen[-1] == pytest.approx(after)
+    # F is the racks' configuration costs plus the straggler charges plus a constant:
+    # the search's own account of a change is the evaluator's.
+    cost = [
+        racklns.total_cost(racklns.Search(pb, [dict(u) for u in rack.rack_uses(pb, a)]))
+        for a in (start, got)
+    ]
+    assert cost[1] - cost[0] == pytest.approx(after - before, abs=1e-9)
+
+
+def test_rack_search_without_time_changes_nothing() -> None:
+    inst, _, pb = _rack_search_case()
+    start = corerr(inst)
+    assert start is not None
+    assert racklns.improve(pb, inst, start, deadline=time.monotonic(), seed=0) is None
+
+
+def test_dives_give_whole_placements_above_the_bound() -> None:
+    inst, w, pb = _rack_search_case()
+    limits = bounds(inst)
+    start = corerr(inst)
+    assert start is not None
+    got = rack.rack_bound(
+        pb, inst, weights=w, limits=limits, incumbent=score(inst, start, w, limits).F,
+        time_limit=15, seed=start,
+    )  # fmt: skip
+    pool = rack.seed_columns(pb, start)
+    devils = frozenset(pb.devil_cores)
+    for lagging in (devils, frozenset()):
+        placed = rack.dive(pb, inst, pool, lagging, time.monotonic() + 10)
+        assert placed is not None
+        assert violations(inst, placed) == []
+        f = score(inst, placed, w, limits).F
+        assert f >= got.bound - 1e-9
+
+
+def test_residual_problem_keeps_what_is_left() -> None:
+    _, _, pb = _rack_search_case()
+    sizes = [max(0, g.size - 5) for g in pb.groups]
+    part = rack.residual(pb, sizes, [2])
+    assert [g.size for g in part.groups] == sizes
+    assert part.rack_counts == [2] and len(part.racks) == 2
+    assert part.racks_of_type == [[0, 1]]

@@ -32,6 +32,7 @@ many patterns (small containers, many groups) get no bound from here.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 import math
@@ -56,6 +57,7 @@ GRID_TOTAL = 2.0**52  # pricing objectives stay below this on their integer grid
 # how fast column generation leaves the artificial start (1e6 made pricing crawl).
 BIG = 10.0
 PRICE_SECONDS = 3.0  # most one pricing call may take; its proven bound is used if cut
+DIVES = 4  # branches of the bound that a dive starts from (the lowest bounds first)
 
 
 @dataclass(frozen=True)
@@ -284,7 +286,7 @@ def host_cost(pb: RackProblem, ci: int, p: Pattern) -> float:
     return pb.k_p * watts - pb.k_c * pb.same_host_cost * kept
 
 
-def _rack_cost(pb: RackProblem, counts: tuple[int, ...]) -> float:
+def rack_cost(pb: RackProblem, counts: tuple[int, ...]) -> float:
     kept = sum(w * _pairs(counts, g1, g2) for (g1, g2), w in pb.rates.items())
     return -pb.k_c * pb.rack_saving * kept
 
@@ -351,7 +353,7 @@ def _price(
     picks = tuple((ci, pi, int(solver.value(x))) for ci, pi, x in chosen if solver.value(x))
     rack_counts = tuple(int(solver.value(n)) for n in counts)
     cost = sum(n * host_cost(pb, ci, pb.patterns[ci][pi]) for ci, pi, n in picks)
-    cost += _rack_cost(pb, rack_counts)
+    cost += rack_cost(pb, rack_counts)
     return Column(rt, rack_counts, picks, cost), floor_bound
 
 
@@ -536,7 +538,7 @@ def seed_columns(pb: RackProblem, assignment: Assignment) -> list[Column]:
             for gi, k in enumerate(pb.patterns[ci][pi].counts):
                 counts[gi] += n * k
         cost = sum(n * host_cost(pb, ci, pb.patterns[ci][pi]) for ci, pi, n in uses)
-        cost += _rack_cost(pb, tuple(counts))
+        cost += rack_cost(pb, tuple(counts))
         out[type_of[r], uses] = Column(type_of[r], tuple(counts), uses, cost)
     return list(out.values())
 
@@ -597,6 +599,70 @@ def decode(
     return tuple(out)
 
 
+def residual(pb: RackProblem, sizes: list[int], racks_left: list[int]) -> RackProblem:
+    """The problem left once some racks are decided: ``sizes`` members of each group still
+    to seat on ``racks_left`` racks of each type. Groups keep their indices, so columns
+    of ``pb`` and of the residual problem mean the same."""
+    groups = [
+        dataclasses.replace(g, members=g.members[:n]) for g, n in zip(pb.groups, sizes, strict=True)
+    ]
+    racks: list[Counter[int]] = []
+    racks_of_type: list[list[int]] = []
+    for rt, left in enumerate(racks_left):
+        kept = pb.racks_of_type[rt][:left]
+        racks_of_type.append(list(range(len(racks), len(racks) + len(kept))))
+        racks.extend(pb.racks[r] for r in kept)
+    return dataclasses.replace(
+        pb, groups=groups, rack_counts=list(racks_left), racks=racks, racks_of_type=racks_of_type
+    )
+
+
+def dive(
+    pb: RackProblem,
+    inst: Instance,
+    pool: list[Column],
+    lagging: frozenset[int],
+    deadline: float,
+) -> Assignment | None:
+    """A placement by diving on the relaxation (a primal heuristic of branch and price).
+
+    Starting from one branch of the bound (its lagging jobs; every other devil job may
+    not contend), solve the relaxation, decide the racks it already uses whole (every
+    non-empty configuration at 1 or more, as many times as its whole part; the largest
+    one if none is), and solve again for what is left, until the relaxation is integral
+    or nothing is left. Empty racks are never decided early: they are the room the rest
+    may need. None when time runs out or the relaxation cannot seat everyone.
+    """
+    calm = frozenset(pb.devil_cores) - lagging
+    sizes = [g.size for g in pb.groups]
+    left = list(pb.rack_counts)
+    chosen: list[Column] = []
+    for _step in range(len(pb.racks) + 1):
+        if not any(sizes):
+            break
+        part = residual(pb, sizes, left)
+        _, used = _node_bound(part, pool, calm, lagging, deadline)
+        if time.monotonic() >= deadline:
+            return None
+        racks = [(col, v) for col, v in used if any(col.counts)]
+        if not racks:
+            return None  # the relaxation leaves members unseated
+        if all(abs(v - round(v)) < 1e-6 for _, v in racks):
+            picks = [(col, round(v)) for col, v in racks]
+        else:
+            picks = [(col, math.floor(v + 1e-6)) for col, v in racks if v >= 1 - 1e-6]
+            picks = picks or [(max(racks, key=lambda cv: cv[1])[0], 1)]
+        for col, wanted in picks:
+            times = min(wanted, left[col.rack_type])
+            chosen.extend([col] * times)
+            left[col.rack_type] -= times
+            sizes = [max(0, n - times * k) for n, k in zip(sizes, col.counts, strict=True)]
+    if any(sizes):
+        return None
+    cols = chosen + _empty_columns(pb)
+    return _decode(pb, inst, cols, [1] * len(chosen) + left)
+
+
 def rack_bound(
     pb: RackProblem,
     inst: Instance,
@@ -643,13 +709,23 @@ def rack_bound(
             nodes += 1
             # A branch's placements are the parent's too: its bound is at least the parent's.
             heapq.heappush(heap, _Node(max(b, node.bound), next(seq), lagging, calm, used))
+    lowest = heap[0].bound if heap else incumbent
     found, found_f = None, None
-    candidate = integer_schedule(pb, inst, pool, start + time_limit - time.monotonic())
-    if candidate is not None and not violations(inst, candidate):
+    end = start + time_limit
+    candidates = []
+    branches = sorted(heap)[:DIVES]
+    for k, node in enumerate(branches):
+        # Each dive gets an equal share of what is left, the integer schedule one too.
+        share = (end - time.monotonic()) / (len(branches) - k + 1)
+        candidates.append(dive(pb, inst, pool, node.lagging, time.monotonic() + share))
+    candidates.append(integer_schedule(pb, inst, pool, end - time.monotonic()))
+    for candidate in candidates:
+        if candidate is None or violations(inst, candidate):
+            continue
         f = score(inst, candidate, weights, limits).F
         if f < incumbent:
             found, found_f, incumbent = candidate, f, f
-    bound = min(heap[0].bound if heap else incumbent, incumbent)
+    bound = min(lowest, incumbent)
     return BoundResult(
         bound=bound,
         proven_optimal=bound >= incumbent - 1e-9 * max(1.0, abs(incumbent)),

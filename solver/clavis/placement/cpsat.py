@@ -14,26 +14,36 @@ from __future__ import annotations
 
 import itertools
 import math
+import time
 from collections import defaultdict
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import cast
 
 from ortools.sat.python import cp_model
 
 from clavis.instance import Assignment, Instance
-from clavis.objectives import Bounds, Weights, bounds, score, violations
+from clavis.objectives import Bounds, Score, Weights, bounds, score, violations
 from clavis.placement import bound as rack
-from clavis.placement import fathom, rackmodel
+from clavis.placement import fathom, racklns, rackmodel
 from clavis.placement.baselines import corerr, noderr
+from clavis.placement.hints import complete_hint
 from clavis.placement.result import PlacementResult, SolveOptions, Status, Stopwatch
 from clavis.placement.symmetry import Group, container_groups, host_types, pair_rates
 
 LinExpr = cp_model.LinearExprT | float  # float terms appear only in the objective
 
-# Share of the budget CP-SAT gets when the rack bound runs after it. Measured on the
-# Table 5.3 instances: CP-SAT's improvements come early, the bound needs seconds.
+# Share of the budget CP-SAT gets when the rack bound runs after it (per-host model).
 RACK_SHARE_AFTER_CPSAT = 0.6
+# With the rack model, the budget goes in turns (each turn ends by the given share of
+# the budget, or earlier when it has nothing more to do): CP-SAT's full model (which
+# proves small instances optimal at once); the rack search (racklns.py)
+# until it stops finding improvements; the rack bound (on the Table 5.3 instances its
+# relaxation settles in 2-17 s); the rack search again from the best placement; and
+# CP-SAT's full model, started from that placement, with the rest.
+PROBE_SHARE = 0.05
+SEARCH_SHARE = 0.45
+BOUND_END_SHARE = 0.8
+SEARCH_AGAIN_END_SHARE = 0.9
 
 
 @dataclass
@@ -320,37 +330,6 @@ def build_model(
     return model, v
 
 
-def complete_hint(
-    model: cp_model.CpModel, decisions: Iterable[cp_model.IntVar], time_limit: float
-) -> bool:
-    """Extend a hint on the placement variables to every variable of the model.
-
-    CP-SAT uses a complete, feasible hint as its first solution at once; a partial one
-    it must repair by search, which on large instances takes longer than the budget.
-    The auxiliary values follow from the placement, so a copy of the model with the
-    placement fixed solves by propagation alone.
-    """
-    hinted = dict(
-        zip(model.proto.solution_hint.vars, model.proto.solution_hint.values, strict=True)
-    )
-    if not hinted:
-        return False
-    fixed = model.clone()
-    fixed.clear_hints()  # type: ignore[no-untyped-call]  # unannotated in ortools
-    for x in decisions:
-        fixed.add(fixed.get_int_var_from_proto_index(x.index) == hinted.get(x.index, 0))
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = time_limit
-    solver.parameters.num_workers = 1
-    if solver.solve(fixed) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return False
-    model.clear_hints()  # type: ignore[no-untyped-call]  # unannotated in ortools
-    for i in range(len(model.proto.variables)):
-        var = model.get_int_var_from_proto_index(i)
-        model.add_hint(var, solver.value(var))
-    return True
-
-
 def decode(inst: Instance, v: CpVars, value: dict[tuple[int, int], int]) -> Assignment:
     """Counts per (group, host) -> a host per container, keeping members where they are."""
     out = [-1] * len(inst.containers)
@@ -471,6 +450,90 @@ def _bound_of(solver: cp_model.CpSolver, code: cp_model.CpSolverStatus) -> float
     return max(0.0, bound)  # F >= 0 always: the normalisation bounds are valid
 
 
+def _search_then_bound(
+    inst: Instance,
+    weights: Weights,
+    options: SolveOptions,
+    racks: rack.RackProblem,
+    *,
+    hint: Assignment,
+    start: Score,
+    watch: Stopwatch,
+) -> tuple[rack.BoundResult, Assignment, Score]:
+    """The rack search from the warm start, the rack bound (with its dives) against what
+    it found, and the rack search again with the time the bound left. Returns the bound
+    and the placement CP-SAT should start from, with its score."""
+    limits = bounds(inst)
+
+    def search(hint: Assignment, start: Score, until: float) -> tuple[Assignment, Score]:
+        def offer(a: Assignment) -> None:
+            watch.offer(score(inst, a, weights, limits).F)
+
+        left = options.time_limit * until - watch.elapsed
+        better = racklns.improve(
+            racks, inst, hint, deadline=time.monotonic() + left, seed=options.seed, found=offer
+        )
+        if better is not None and not violations(inst, better):
+            got = score(inst, better, weights, limits)
+            if got.F < start.F:
+                return better, got
+        return hint, start
+
+    hint, start = search(hint, start, SEARCH_SHARE)
+    early = rack.rack_bound(
+        racks,
+        inst,
+        weights=weights,
+        limits=limits,
+        incumbent=start.F,
+        time_limit=options.time_limit * BOUND_END_SHARE - watch.elapsed,
+        seed=hint,
+    )
+    if early.assignment is not None:
+        hint, start = early.assignment, score(inst, early.assignment, weights, limits)
+    watch.offer(start.F, early.bound)
+    if not _proves(early.bound, start.F):
+        hint, start = search(hint, start, SEARCH_AGAIN_END_SHARE)
+    return early, hint, start
+
+
+def _solve_racks(
+    inst: Instance,
+    weights: Weights,
+    options: SolveOptions,
+    racks: rack.RackProblem,
+    *,
+    hint: Assignment | None,
+    start: Score | None,
+    watch: Stopwatch,
+) -> tuple[_Outcome, rack.BoundResult | None, Assignment | None, Score | None]:
+    """The rack model's turns (see SEARCH_SHARE). Returns CP-SAT's last outcome, the
+    rack bound if it ran, and the best placement before CP-SAT's last turn with its
+    score."""
+    if options.deterministic or hint is None or start is None:
+        out = _run_racks(inst, options, racks, hint=hint, watch=watch, budget=options.time_limit)
+        return out, None, hint, start
+    probe = options.time_limit * PROBE_SHARE
+    out = _run_racks(inst, options, racks, hint=hint, watch=watch, budget=probe)
+    if out.status == "OPTIMAL":
+        return out, None, hint, start
+    if out.assignment is not None:
+        found = score(inst, out.assignment, weights, bounds(inst))
+        if found.F < start.F:
+            hint, start = out.assignment, found
+    early, hint, start = _search_then_bound(
+        inst, weights, options, racks, hint=hint, start=start, watch=watch
+    )
+    if _proves(early.bound, start.F):
+        return _Outcome("OPTIMAL", hint, early.bound), early, hint, start
+    out = _run_racks(inst, options, racks, hint=hint, watch=watch, budget=options.time_limit)
+    return out, early, hint, start
+
+
+def _proves(bound: float, f: float) -> bool:
+    return bound >= f - 1e-9 * max(1.0, f)
+
+
 def solve(
     inst: Instance,
     weights: Weights,
@@ -489,12 +552,16 @@ def solve(
         watch.offer(start.F)
     racks = rack.prepare(inst, weights, limits) if symmetric else None
     # The rack-configuration bound proves what CP-SAT's relaxation cannot on large
-    # instances; it gets the end of the budget. Deterministic solves skip it (it runs on
-    # the wall clock).
+    # instances. With the rack model it takes a turn among others (_solve_racks), with the
+    # per-host model it gets the end of the budget. Deterministic solves skip it (it runs
+    # on the wall clock).
     proving = racks is not None and not options.deterministic
     budget = options.time_limit * (RACK_SHARE_AFTER_CPSAT if proving else 1.0)
+    early: rack.BoundResult | None = None
     if racks is not None and rackmodel.applicable(inst):
-        out = _run_racks(inst, options, racks, hint=hint, watch=watch, budget=budget)
+        out, early, hint, start = _solve_racks(
+            inst, weights, options, racks, hint=hint, start=start, watch=watch
+        )
     else:
         out = _run_per_host(
             inst, weights, options, hint=hint, watch=watch, budget=budget, symmetric=symmetric
@@ -512,7 +579,12 @@ def solve(
     if assignment is None or result is None:
         trail = tuple(watch.trajectory)
         return PlacementResult(method, status, None, None, None, watch.elapsed, trail)
-    if proving and racks is not None and status != "OPTIMAL":
+    if early is not None:
+        bound = max(bound or 0.0, early.bound)
+        if _proves(bound, result.F):
+            status = "OPTIMAL"
+        watch.offer(result.F, bound)
+    elif proving and racks is not None and status != "OPTIMAL":
         left = max(0.05, options.time_limit - watch.elapsed)
         got = rack.rack_bound(
             racks,
@@ -526,7 +598,7 @@ def solve(
         if got.assignment is not None and got.F is not None and got.F < result.F:
             assignment, result = got.assignment, score(inst, got.assignment, weights, limits)
         bound = max(bound or 0.0, got.bound)
-        if bound >= result.F - 1e-9 * max(1.0, result.F):
+        if _proves(bound, result.F):
             status = "OPTIMAL"
         watch.offer(result.F, bound)
     return PlacementResult(
