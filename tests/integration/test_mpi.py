@@ -61,6 +61,8 @@ def _submit(exe: Path, nodes: list[str], tag: str) -> str:
         f"timeout {FINALIZE_BOUND_S} mpiexec -iface eth0 -n {len(nodes)} "
         f"{exe} {MSG_BYTES} {ROUNDS}\n"
         'echo "mpiexec_rc=$?"\n'
+        # the task prolog put the MPI_Finalize wrapper here (deploy/testbed/ctb/mpi.py)
+        'echo "preload=$LD_PRELOAD"\n'
     )
     out = shared / f"job-{tag}.out"
     out.unlink(missing_ok=True)
@@ -77,6 +79,7 @@ def _check_exit(text: str) -> None:
     m = re.search(r"mpiexec_rc=(\d+)", text)
     assert m, text
     assert m.group(1) == "0", text
+    assert "preload=/run/clavis-testbed/etc/mpi-finalize-barrier.so" in text, text
     # the wrapper says so when its barrier could not be done
     assert "finalize_barrier:" not in text, text
 
