@@ -169,6 +169,44 @@ static int _by_name(const void *a, const void *b)
 		      ((const clavis_advice_node_t *)b)->node);
 }
 
+static int _devil_node(const clavis_advice_node_t *n)
+{
+	return n->node_class == ADV_CLASS_DEVIL || n->contention == ADV_OK ||
+	       n->contention == ADV_CONTENDED;
+}
+
+static int _by_host(const void *a, const void *b)
+{
+	return strcmp((*(clavis_advice_node_t *const *)a)->host,
+		      (*(clavis_advice_node_t *const *)b)->host);
+}
+
+/* Set host_has_devil of every node in O(n log n): group the nodes by host. */
+static int _mark_devil_hosts(clavis_advice_t *adv)
+{
+	clavis_advice_node_t **by_host;
+	size_t i, j, k;
+	int devil;
+
+	if (!adv->n)
+		return 0;
+	if (!(by_host = malloc(adv->n * sizeof(*by_host))))
+		return -1;
+	for (i = 0; i < adv->n; i++)
+		by_host[i] = &adv->nodes[i];
+	qsort(by_host, adv->n, sizeof(*by_host), _by_host);
+	for (i = 0; i < adv->n; i = j) {
+		devil = 0;
+		for (j = i; j < adv->n && !strcmp(by_host[j]->host, by_host[i]->host);
+		     j++)
+			devil |= _devil_node(by_host[j]);
+		for (k = i; k < j; k++)
+			by_host[k]->host_has_devil = devil;
+	}
+	free(by_host);
+	return 0;
+}
+
 static int _header(const jv_t *doc, clavis_advice_t *out, const char **why)
 {
 	static const char *const keys[] = { "schema_version", "kind", "generated",
@@ -234,6 +272,10 @@ int clavis_advice_parse(const char *text, size_t len, clavis_advice_t *out,
 			*why = "a node is listed twice";
 			goto fail;
 		}
+	if (_mark_devil_hosts(out) < 0) {
+		*why = "out of memory";
+		goto fail;
+	}
 	jv_free(&doc);
 	return 0;
 fail:
@@ -277,14 +319,9 @@ int clavis_advice_host_has_devil(const clavis_advice_t *adv, const char *host)
 {
 	size_t i;
 
-	for (i = 0; i < adv->n; i++) {
-		if (strcmp(adv->nodes[i].host, host))
-			continue;
-		if (adv->nodes[i].node_class == ADV_CLASS_DEVIL ||
-		    adv->nodes[i].contention == ADV_OK ||
-		    adv->nodes[i].contention == ADV_CONTENDED)
+	for (i = 0; i < adv->n; i++)
+		if (!strcmp(adv->nodes[i].host, host) && _devil_node(&adv->nodes[i]))
 			return 1;
-	}
 	return 0;
 }
 

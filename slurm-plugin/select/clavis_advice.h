@@ -28,6 +28,7 @@ typedef struct {
 	char *rack;
 	clavis_contention_t contention;
 	clavis_class_t node_class;
+	int host_has_devil; /* derived: clavis_advice_host_has_devil(host) */
 } clavis_advice_node_t;
 
 typedef struct {

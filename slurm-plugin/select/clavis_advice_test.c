@@ -37,11 +37,16 @@ static int _parse(const char *path, double now)
 	}
 	printf("%s %zu\n", clavis_advice_fresh(&adv, now) ? "fresh" : "stale",
 	       adv.n);
-	for (i = 0; i < adv.n; i++)
+	for (i = 0; i < adv.n; i++) {
+		/* the flag derived at parse time is what the plugin uses */
+		if (adv.nodes[i].host_has_devil !=
+		    clavis_advice_host_has_devil(&adv, adv.nodes[i].host))
+			return 4;
 		printf("%s %s %s %s %s %d\n", adv.nodes[i].node,
 		       adv.nodes[i].host, adv.nodes[i].rack,
 		       cont[adv.nodes[i].contention], cls[adv.nodes[i].node_class],
-		       clavis_advice_host_has_devil(&adv, adv.nodes[i].host));
+		       adv.nodes[i].host_has_devil);
+	}
 	clavis_advice_free(&adv);
 	free(text);
 	return 0;

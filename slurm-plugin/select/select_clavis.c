@@ -161,46 +161,55 @@ static void _drop_devil_hosts(const clavis_advice_t *adv, bitstr_t *bm)
 		if (!bit_test(bm, i) || !CLAVIS_NODE(i))
 			continue;
 		a = clavis_advice_find(adv, CLAVIS_NODE(i)->name);
-		if (a && clavis_advice_host_has_devil(adv, a->host))
+		if (a && a->host_has_devil)
 			bit_clear(bm, i);
 	}
 }
 
+/* The advice entry of node index `i` if it is in `bm`, else NULL. */
+static const clavis_advice_node_t *_entry(const clavis_advice_t *adv,
+					  bitstr_t *bm, int i)
+{
+	if (!bit_test(bm, i) || !CLAVIS_NODE(i))
+		return NULL;
+	return clavis_advice_find(adv, CLAVIS_NODE(i)->name);
+}
+
 /* Keep in `bm` only the rack with the most nodes of `bm` (nodes without advice
- * count as no rack and are dropped). RET 0, -1 if no rack has min_nodes. */
+ * count as no rack and are dropped): one pass to count per rack (racks are few),
+ * one to clear. RET 0, -1 if no rack has min_nodes. */
 static int _keep_best_rack(const clavis_advice_t *adv, bitstr_t *bm,
 			   uint32_t min_nodes)
 {
-	const clavis_advice_node_t *a, *b;
-	const char *best = NULL;
-	int i, j, count, best_count = 0;
+	const clavis_advice_node_t *a;
+	const char **racks;
+	int *counts;
+	int i, r, nracks = 0, best = -1;
 
+	racks = xcalloc(node_record_count + 1, sizeof(*racks));
+	counts = xcalloc(node_record_count + 1, sizeof(*counts));
 	for (i = 0; i < node_record_count; i++) {
-		if (!bit_test(bm, i) || !CLAVIS_NODE(i) ||
-		    !(a = clavis_advice_find(adv, CLAVIS_NODE(i)->name)))
+		if (!(a = _entry(adv, bm, i)))
 			continue;
-		count = 0;
-		for (j = 0; j < node_record_count; j++)
-			if (bit_test(bm, j) && CLAVIS_NODE(j) &&
-			    (b = clavis_advice_find(adv, CLAVIS_NODE(j)->name)) &&
-			    !strcmp(a->rack, b->rack))
-				count++;
-		if (count > best_count) {
-			best_count = count;
-			best = a->rack;
-		}
+		for (r = 0; r < nracks && strcmp(racks[r], a->rack); r++)
+			;
+		if (r == nracks)
+			racks[nracks++] = a->rack;
+		if (++counts[r] > (best < 0 ? 0 : counts[best]))
+			best = r;
 	}
-	if (!best || best_count < (int)min_nodes)
+	if (best < 0 || counts[best] < (int)min_nodes) {
+		xfree(racks);
+		xfree(counts);
 		return -1;
+	}
 	for (i = 0; i < node_record_count; i++) {
-		if (!bit_test(bm, i))
-			continue;
-		a = CLAVIS_NODE(i) ?
-			    clavis_advice_find(adv, CLAVIS_NODE(i)->name) :
-			    NULL;
-		if (!a || strcmp(a->rack, best))
+		a = _entry(adv, bm, i);
+		if (bit_test(bm, i) && (!a || strcmp(a->rack, racks[best])))
 			bit_clear(bm, i);
 	}
+	xfree(racks);
+	xfree(counts);
 	return 0;
 }
 
