@@ -87,6 +87,7 @@ class Agent:
         self.host_cores = os.cpu_count() or 1
         self.host_memory = cg.host_memory_bytes()
         self.containers: list[cg.Container] = []
+        self.lxd_states: dict[str, str] = {}  # LXD/Incus socket -> ok or why not
         self.vanished = 0
         self.reports = 0
         self._next_scan = 0.0
@@ -140,7 +141,13 @@ class Agent:
     def _rescan(self, now: float) -> None:
         """Discover the containers and read what changes rarely: their limits and the
         Slurm jobs in their cgroups (every ``containers.rescan_s``)."""
-        self.containers = cg.discover(self.cfg.containers)
+        states = dict(self.lxd_states)  # a new dict: /metrics reads the old one meanwhile
+        self.containers = cg.discover(self.cfg.containers, states)
+        for sock, state in states.items():
+            if state != self.lxd_states.get(sock):
+                log.log(logging.INFO if state == "ok" else logging.WARNING,
+                        "lxd socket=%s state=%s", sock, state)  # fmt: skip
+        self.lxd_states = states
         self._next_scan = now + self.cfg.containers.rescan_s
         for c in list(self.containers):
             try:

@@ -16,6 +16,11 @@ from typing import Any, Final
 POWER_METHODS: Final = ("ipmi-dcmi", "ipmi-sensor", "rapl")
 TRAFFIC_BACKENDS: Final = ("nftables", "none")
 PERF_EVENTS: Final = ("instructions", "llc_misses", "prefetches")
+LXD_SOCKETS: Final = (
+    "/var/lib/lxd/unix.socket",
+    "/var/snap/lxd/common/lxd/unix.socket",
+    "/var/lib/incus/unix.socket",
+)
 
 
 class ConfigError(ValueError):
@@ -59,6 +64,9 @@ class ContainersConfig:
     scan_prefixes: tuple[str, ...] = ("lxc.payload.", "lxc/")
     include: tuple[str, ...] = ("*",)  # shell patterns of container names to monitor
     rescan_s: float = 10.0
+    # LXD/Incus REST API sockets asked for their instances at each rescan (absent: skipped)
+    lxd_sockets: tuple[str, ...] = LXD_SOCKETS
+    lxd_timeout_s: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -179,6 +187,11 @@ def _check(cfg: Config, problems: list[str]) -> None:
             problems.append(f"power.{key}: must be > 0")
     if cfg.traffic.every_s <= 0 or cfg.containers.rescan_s <= 0:
         problems.append("traffic.every_s and containers.rescan_s must be > 0")
+    if not 0 < cfg.containers.lxd_timeout_s <= 30:
+        problems.append("containers.lxd_timeout_s: must be within 0..30 (not 0)")
+    bad = [s for s in cfg.containers.lxd_sockets if not s.startswith("/")]
+    if bad:
+        problems.append(f"containers.lxd_sockets: not absolute paths: {bad}")
 
 
 def parse(doc: dict[str, Any]) -> Config:

@@ -2,7 +2,9 @@
 
 Manual equivalent: ``lxc-ls -f -P LXCPATH`` and ``ls /sys/fs/cgroup/*/lxc.payload.*``.
 A container is found by its cgroup (a child of a configured prefix in any hierarchy,
-v1 or v2); its LXC config (under a configured lxcpath) adds its addresses. Reading a
+v1 or v2); its LXC config (under a configured lxcpath) adds its addresses. LXD and
+Incus instances come from their REST API (:mod:`clavis_monitor.lxd`) with their cgroups
+and addresses, and replace what the scan found in the same cgroups. Reading a
 vanished container's files raises :class:`VanishedError`; the caller drops it from that
 sample and counts it.
 """
@@ -16,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from clavis_monitor import lxd
 from clavis_monitor.config import ContainersConfig
 
 # v1 hierarchies the monitor reads, and the v2 mount (all controllers in one).
@@ -34,7 +37,7 @@ class VanishedError(Exception):
 @dataclass(frozen=True)
 class Container:
     name: str
-    source: Literal["lxc", "cgroup"]
+    source: Literal["lxc", "cgroup", "lxd", "incus"]
     cgroups: dict[str, Path] = field(hash=False)  # controller ("unified" for v2) -> dir
     addresses: tuple[str, ...] = ()
 
@@ -105,16 +108,27 @@ def _children(hier: Path, prefix: str) -> dict[str, Path]:
     return out
 
 
-def discover(cfg: ContainersConfig) -> list[Container]:
-    """The containers whose cgroups exist now, with their LXC addresses where known."""
+def discover(cfg: ContainersConfig, lxd_states: dict[str, str] | None = None) -> list[Container]:
+    """The containers whose cgroups exist now, with their LXC addresses where known,
+    and the LXD/Incus instances of the sockets in ``cfg.lxd_sockets`` (which replace
+    what the scan found in the same cgroups). ``lxd_states`` gets each present socket's
+    state: ``ok`` or why not."""
+    hierarchies = _hierarchies(Path(cfg.cgroup_root))
     cgroups: dict[str, dict[str, Path]] = {}
-    for controller, hier in _hierarchies(Path(cfg.cgroup_root)).items():
+    for controller, hier in hierarchies.items():
         for prefix in cfg.scan_prefixes:
             for name, path in _children(hier, prefix).items():
                 cgroups.setdefault(name, {})[controller] = path
-    result = []
-    for name in sorted(cgroups):
-        if not any(fnmatch.fnmatchcase(name, pat) for pat in cfg.include):
+    wanted = [n for n in cgroups if any(fnmatch.fnmatchcase(n, pat) for pat in cfg.include)]
+    api = [
+        c
+        for c in _api_containers(cfg, hierarchies, {} if lxd_states is None else lxd_states)
+        if any(fnmatch.fnmatchcase(c.name, pat) for pat in cfg.include)
+    ]
+    taken = {d for c in api for d in c.cgroups.values()}
+    result = {c.name: c for c in api}
+    for name in wanted:
+        if name in result or taken.intersection(cgroups[name].values()):
             continue
         source: Literal["lxc", "cgroup"] = "cgroup"
         addresses: tuple[str, ...] = ()
@@ -126,8 +140,31 @@ def discover(cfg: ContainersConfig) -> list[Container]:
                 continue
             source = "lxc"
             break
-        result.append(Container(name, source, cgroups[name], addresses))
-    return result
+        result[name] = Container(name, source, cgroups[name], addresses)
+    return [result[n] for n in sorted(result)]
+
+
+def _api_containers(
+    cfg: ContainersConfig, hierarchies: dict[str, Path], states: dict[str, str]
+) -> list[Container]:
+    """Running LXD/Incus container instances with the cgroups of their init. An absent
+    socket is no error and has no state; the first socket to list an instance wins."""
+    out: dict[str, Container] = {}
+    for sock in cfg.lxd_sockets:
+        if not os.path.exists(sock):
+            states.pop(sock, None)
+            continue
+        try:
+            found = lxd.instances(sock, cfg.lxd_timeout_s)
+        except lxd.LxdError as exc:
+            states[sock] = f"unavailable: {exc}"
+            continue
+        states[sock] = "ok"
+        for inst in found:
+            dirs = lxd.cgroups_of(inst.pid, hierarchies)
+            if dirs and inst.name not in out:
+                out[inst.name] = Container(inst.name, inst.engine, dirs, inst.addresses)
+    return list(out.values())
 
 
 def _cpu_file(c: Container) -> tuple[str, bool]:

@@ -87,6 +87,7 @@ def of(agent: Agent) -> list[Metric]:
         ({"sampler": "traffic", "state": agent.traffic_state}, 1.0),
     ]
     health += [({"sampler": f"power:{m}", "state": s}, 1.0) for m, s in agent.power.states.items()]
+    health += [({"sampler": f"lxd:{k}", "state": s}, 1.0) for k, s in agent.lxd_states.items()]
     out.append(
         Metric("clavis_monitor_sampler_state", "Each sampler's state.", "gauge", tuple(health))
     )
