@@ -1,8 +1,8 @@
 """LXD/Incus discovery through the REST API: a real HTTP server on a UNIX socket in the
-test serves LXD's answers (``lxd/*.json``, in the format of LXD 5.0's REST API: LXD
-itself cannot run instances here, TESTBED-NOTES), and the monitor's real client, cgroup
-mapping and discovery read them, with a real process in real cgroups as the instance's
-init. Faults: absent socket, no answer, error answers, garbage."""
+test serves answers recorded from a real LXD 5.0.2 on this machine (``lxd/``, see its
+README), and the monitor's real client, cgroup mapping and discovery read them, with a
+real process in real cgroups as the instance's init. Faults: absent socket, no answer,
+error answers, garbage, an instance that stops between two requests."""
 
 from __future__ import annotations
 
@@ -65,11 +65,27 @@ class FakeLxd(socketserver.ThreadingUnixStreamServer):
         Path(self.server_address).unlink(missing_ok=True)  # type: ignore[arg-type]
 
 
+def _listing_with_a_vm() -> bytes:
+    """The recorded listing plus a running virtual machine (none can run here): a copy
+    of n1 with LXD's type and name changed."""
+    doc = json.loads((ANSWERS / "instances.json").read_text())
+    vm = {**doc["metadata"][0], "name": "vm1", "type": "virtual-machine"}
+    doc["metadata"].append(vm)
+    return json.dumps(doc).encode()
+
+
+def _error(code: int, message: str) -> bytes:
+    """LXD's error answer (the recorded 404's shape) with another code and message."""
+    doc = json.loads((ANSWERS / "error-404.json").read_text())
+    return json.dumps({**doc, "error_code": code, "error": message}).encode()
+
+
 def lxd_answers(init_pid: int) -> Route:
     """The recorded answers, with the state's init PID replaced by a live process."""
-    listing = (ANSWERS / "instances.json").read_bytes()
+    listing = _listing_with_a_vm()
     state = json.loads((ANSWERS / "state-n1.json").read_text())
     state["metadata"]["pid"] = init_pid
+    stopped = (ANSWERS / "state-n2.json").read_bytes()
     not_found = (ANSWERS / "error-404.json").read_bytes()
 
     def route(path: str) -> tuple[int, bytes]:
@@ -77,6 +93,8 @@ def lxd_answers(init_pid: int) -> Route:
             return 200, listing
         if path == "/1.0/instances/n1/state":
             return 200, json.dumps(state).encode()
+        if path == "/1.0/instances/n2/state":
+            return 200, stopped
         return 404, not_found
 
     return route
@@ -172,11 +190,27 @@ def test_incus_socket_and_the_api_alone(tmp_path: Path, cs: CgroupSet, init: int
         server.stop()
 
 
+def test_an_instance_stopped_between_the_requests_is_left_to_the_scan(
+    tmp_path: Path, cs: CgroupSet, init: int
+) -> None:
+    listing = (ANSWERS / "instances.json").read_bytes()  # n1 running when listed...
+    stopped = (ANSWERS / "state-n2.json").read_bytes()  # ...stopped when asked: pid 0
+    sock = tmp_path / "lxd.socket"
+    server = FakeLxd(sock, lambda p: (200, listing if "recursion" in p else stopped))
+    try:
+        agent = _agent(tmp_path, cs, [str(sock)])
+        agent.sample_cpu()
+        assert agent.lxd_states == {str(sock): "ok"}
+        assert [(c.name, c.source) for c in agent.containers] == [("n1", "cgroup")]
+    finally:
+        server.stop()
+
+
 @pytest.mark.parametrize(
     "case",
     [
         (None, 2.0, "GET /1.0/instances?recursion=1: no answer within 0.3 s"),
-        (lambda p: (500, (ANSWERS / "error-500.json").read_bytes()), 0.0,
+        (lambda p: (500, _error(500, "Failed to fetch instances: database is locked")), 0.0,
          "GET /1.0/instances?recursion=1: HTTP 500: Failed to fetch instances: database is "
          "locked"),
         (lambda p: (200, b"<html>not LXD</html>"), 0.0,
