@@ -45,6 +45,7 @@
 #define DEFAULT_ADVICE "/run/clavis/advice.json"
 #define CONF_FILE "select_clavis.conf"
 #define CLASS_ENV "CLAVIS_CLASS="
+#define CONF_LINE_MAX 4096 /* a longer line of select_clavis.conf is refused */
 
 const char plugin_name[] = "Clavis advice over cons_tres selection plugin";
 const char plugin_type[] = "select/clavis";
@@ -80,7 +81,7 @@ static const char *last_why; /* what was logged last about the advice */
 static void _read_conf(void)
 {
 	char *path = get_extra_conf_path(CONF_FILE);
-	char line[1024], *val;
+	char line[CONF_LINE_MAX], *val, *end;
 	FILE *f;
 	long n;
 
@@ -90,6 +91,13 @@ static void _read_conf(void)
 		return;
 	}
 	while (fgets(line, sizeof(line), f)) {
+		if (!strchr(line, '\n') && !feof(f)) {
+			error("%s: %s: a line longer than %d bytes; the file is ignored",
+			      plugin_type, path, CONF_LINE_MAX - 1);
+			xfree(advice_path);
+			advice.max_bytes = CLAVIS_ADVICE_MAX_BYTES_DEFAULT;
+			break;
+		}
 		line[strcspn(line, "\r\n")] = '\0';
 		if (!line[0] || line[0] == '#')
 			continue;
@@ -102,7 +110,7 @@ static void _read_conf(void)
 			xfree(advice_path);
 			advice_path = xstrdup(val);
 		} else if (!xstrcasecmp(line, "AdviceMaxBytes") &&
-			   (n = strtol(val, NULL, 10)) > 0) {
+			   (n = strtol(val, &end, 10)) > 0 && !*end) {
 			advice.max_bytes = (size_t)n;
 		} else {
 			error("%s: %s: %s=%s ignored", plugin_type, path, line, val);
