@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -116,3 +117,47 @@ def test_cpu_times_reread_an_open_file_and_see_the_cgroup_go(cs: CgroupSet) -> N
         times.read(found["gone"])  # ENODEV on the file it had open
     times.close()
     assert len(os.listdir("/proc/self/fd")) == fds
+
+
+# a stand-in slurmstepd: the title Slurm's gives itself, comm "slurmstepd", one task
+STEPD = (
+    "import subprocess,sys; open('/proc/self/comm','w').write('slurmstepd');"
+    "t=subprocess.Popen(['sleep','300']); print(t.pid, flush=True); t.wait()"
+)
+
+
+def test_a_job_found_by_its_slurmstepd_with_its_tasks(cs: CgroupSet) -> None:
+    """proctrack/linuxproc makes no job cgroups: the job is its slurmstepd in the
+    container's cgroups, and the job's tasks are that slurmstepd's descendants."""
+    found = {c.name: c for c in cg.discover(parse({"containers": {
+        "scan_prefixes": [cs.prefix], "lxc_paths": []}}).containers)}  # fmt: skip
+    stranger = subprocess.Popen(["sleep", "300"])  # in the container, no job's
+    cs.enter(stranger.pid, "busy")
+    # waits for a line, so it is in the container's cgroups before it starts its task
+    stepd = subprocess.Popen(
+        ["bash", "-c", f'read go; exec -a "slurmstepd: [4242.batch]" {sys.executable} -c "$0"',
+         STEPD],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert stepd.stdin is not None and stepd.stdout is not None
+        cs.enter(stepd.pid, "busy")
+        stepd.stdin.write("go\n")
+        stepd.stdin.close()
+        task = int(stepd.stdout.readline())
+        assert cg.slurm_tasks(found["busy"]) == {4242: {stepd.pid, task}}
+        assert cg.jobs_in(found["busy"]) == [4242]
+        assert cg.jobs_in(found["quiet"]) == []
+        containers = list(found.values())
+        assert cg.pid_container(task, containers, cg_root()) == "busy"
+        assert cg.pid_container(os.getpid(), containers, cg_root()) is None
+    finally:
+        for p in (stepd, stranger):
+            p.kill()
+            p.wait(timeout=10)
+        if stepd.stdout is not None:
+            stepd.stdout.close()
+
+
+def cg_root() -> Path:
+    return Path("/sys/fs/cgroup")
