@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -204,11 +205,10 @@ def exchange(path: Path, budget_ms: int = 200) -> tuple[str, float]:
 
 
 @pytest.fixture
-def sock_dir(tmp_path: Path) -> Path:
+def sock_dir() -> Iterator[Path]:
     # sun_path holds 108 bytes: keep socket paths short
-    d = Path(f"/tmp/clavis-spank-{os.getpid()}-{tmp_path.name[-20:]}")
-    d.mkdir(exist_ok=True)
-    return d
+    with tempfile.TemporaryDirectory(prefix="clavis-spank-") as d:
+        yield Path(d)
 
 
 @pytest.fixture
