@@ -209,3 +209,15 @@ def test_one_log_line_per_reason(clavis: MiniCluster) -> None:
     time.sleep(0.5)
     lines = [ln for ln in clavis.log().splitlines() if "select/clavis: advice" in ln]
     assert sum("invalid literal" in ln for ln in lines) == 1, lines
+
+
+def test_bad_class_refused_by_srun_and_salloc(clavis: MiniCluster) -> None:
+    """The option is registered for every submitter (spank_option_register), not only
+    sbatch; a good value goes through srun as well."""
+    for argv in (["srun", "--clavis-class=Devil", "true"], ["salloc", "--clavis-class=", "true"]):
+        cp = clavis.run(argv, check=False)
+        assert cp.returncode != 0, argv
+        assert "must be auto, devil or turtle" in cp.stderr, cp.stderr
+    assert clavis.run(["squeue", "-h"]).stdout.strip() == ""
+    cp = clavis.run(["srun", "--clavis-class=turtle", "hostname"])
+    assert cp.stdout.strip()
