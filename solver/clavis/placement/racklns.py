@@ -39,6 +39,7 @@ Uses = dict[tuple[int, int], int]  # (class, pattern) -> hosts of one rack runni
 JOB_RACKS = 4  # most racks a job neighbourhood frees besides the extra and the spare
 SUB_SECONDS = 0.5  # most one neighbourhood's CP-SAT solve may take
 MAX_TRIES = 100_000  # neighbourhoods per call at most, whatever the time limit
+MAX_REPEATS = 2_000  # draws in a row of neighbourhoods known to fail: a local optimum
 
 
 @dataclasses.dataclass
@@ -63,6 +64,9 @@ class Search:
             if n and p.contended:
                 out |= p.devil_jobs
         return out
+
+    def lagging(self) -> frozenset[int]:
+        return frozenset(set().union(*(self.contended(r) for r in range(len(self.uses)))))
 
     def busy(self, r: int) -> bool:
         return any(
@@ -149,8 +153,7 @@ def _reseat(s: Search, racks: list[int], seconds: float, seed: int) -> list[Uses
 
 def total_cost(s: Search) -> float:
     """F up to a constant: configuration costs plus the straggler charges."""
-    lagging = set().union(*(s.contended(r) for r in range(len(s.uses))))
-    charges = s.pb.k_d * sum(s.pb.devil_cores[j] for j in lagging)
+    charges = s.pb.k_d * sum(s.pb.devil_cores[j] for j in s.lagging())
     return sum(configuration_cost(s.pb, u) for u in s.uses) + charges
 
 
@@ -171,24 +174,33 @@ def improve(
     rng = random.Random(seed)
     cost = total_cost(s)
     improved = False
-    idle = 0
+    idle = repeats = 0
+    # A neighbourhood that failed is not tried again until one of its racks, or the set
+    # of lagging jobs (which fixes what its racks may contend for free), has changed.
+    version = [0] * len(s.uses)
+    failed: dict[tuple[int, ...], tuple[tuple[int, ...], frozenset[int]]] = {}
     for _ in range(MAX_TRIES):
         left = deadline - time.monotonic()
-        if left <= 0 or idle >= patience:
+        if left <= 0 or idle >= patience or repeats >= MAX_REPEATS:
             break
         racks = _neighbourhood(s, rng)
         if racks is None:
             continue
+        state = (tuple(version[r] for r in racks), s.lagging())
+        if failed.get(tuple(racks)) == state:
+            repeats += 1
+            continue
+        repeats = 0
         new = _reseat(s, racks, min(SUB_SECONDS, left), rng.randrange(2**31))
         idle += 1
-        if new is None:
-            continue
         old = [s.uses[r] for r in racks]
-        for r, u in zip(racks, new, strict=True):
+        for r, u in zip(racks, new or old, strict=True):
             s.uses[r] = u
         trial = total_cost(s)
-        if trial < cost - 1e-12 * max(1.0, abs(cost)):
+        if new is not None and trial < cost - 1e-12 * max(1.0, abs(cost)):
             cost, improved, idle = trial, True, 0
+            for r in racks:
+                version[r] += 1
             if found is not None:
                 now = _decode(s, inst)
                 if now is not None:
@@ -196,6 +208,7 @@ def improve(
         else:
             for r, u in zip(racks, old, strict=True):
                 s.uses[r] = u
+            failed[tuple(racks)] = state
     return _decode(s, inst) if improved else None
 
 
