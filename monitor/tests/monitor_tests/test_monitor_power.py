@@ -60,31 +60,37 @@ def _cfg(bmc: Bmc, tmp_path: Path, methods: list[str]) -> dict[str, object]:
 @needs_sim
 def test_dcmi_reading_follows_the_simulated_watts(bmc: Bmc, tmp_path: Path) -> None:
     agent = Agent(parse(_cfg(bmc, tmp_path, ["ipmi-dcmi", "ipmi-sensor", "rapl"])), None)
-    agent.sample_cpu()
-    agent.sample_power()
-    report = agent.build_report()
-    assert (report.power.source, report.power.watts) == ("ipmi-dcmi", 150.0)
-    bmc.set_watts(236)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
+    try:
+        agent.sample_cpu()
         agent.sample_power()
-        if agent.build_report().power.watts == 236.0:
-            break
-        time.sleep(0.5)
-    assert agent.build_report().power.watts == 236.0
-    assert agent.power.states["ipmi-dcmi"] == "ok"
+        report = agent.build_report()
+        assert (report.power.source, report.power.watts) == ("ipmi-dcmi", 150.0)
+        bmc.set_watts(236)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            agent.sample_power()
+            if agent.build_report().power.watts == 236.0:
+                break
+            time.sleep(0.5)
+        assert agent.build_report().power.watts == 236.0
+        assert agent.power.states["ipmi-dcmi"] == "ok"
+    finally:
+        agent.power.close()  # ends the ipmitool shell (it outlived the test before)
 
 
 @needs_sim
 def test_sdr_watts_sensor_when_dcmi_is_not_asked(bmc: Bmc, tmp_path: Path) -> None:
     reader = PowerReader(parse(_cfg(bmc, tmp_path, ["ipmi-sensor"])).power)
-    bmc.set_watts(180)
-    deadline = time.monotonic() + 10
-    reading = reader.read()
-    while reading.watts != 180.0 and time.monotonic() < deadline:
-        time.sleep(0.5)
+    try:
+        bmc.set_watts(180)
+        deadline = time.monotonic() + 10
         reading = reader.read()
-    assert (reading.source, reading.watts) == ("ipmi-sensor", 180.0)  # M=2: even watts exact
+        while reading.watts != 180.0 and time.monotonic() < deadline:
+            time.sleep(0.5)
+            reading = reader.read()
+        assert (reading.source, reading.watts) == ("ipmi-sensor", 180.0)  # M=2: even watts
+    finally:
+        reader.close()
 
 
 @needs_sim
