@@ -11,9 +11,9 @@
  * no job waits that stock Slurm would have started. Missing, stale, corrupt or huge
  * advice is logged once per change and leaves every call as cons_tres.
  *
- * The advice file is read only from job test, only when its (inode, size, mtime)
- * changed, at most AdviceMaxBytes, with a non-blocking open of a regular file: a
- * local file read at worst, no network I/O.
+ * The advice file is read only from the job test of a devil-hinted or multi-node
+ * job, only when its (inode, size, mtime) changed, at most AdviceMaxBytes, with a
+ * non-blocking open of a regular file: a local file read at worst, no network I/O.
  *
  * Configuration, select_clavis.conf beside slurm.conf (optional):
  *   AdvicePath=/run/clavis/advice.json
@@ -228,11 +228,15 @@ static int _keep_best_rack(const clavis_advice_t *adv, bitstr_t *bm,
 static bitstr_t *_advised(job_record_t *job_ptr, bitstr_t *bitmap,
 			  uint32_t min_nodes)
 {
-	const clavis_advice_t *adv = _advice();
 	int devil = _job_is_devil(job_ptr), narrowed = 0;
+	const clavis_advice_t *adv;
 	bitstr_t *bm;
 
-	if (!adv || (!devil && min_nodes < 2))
+	/* the advice has nothing to say about an unhinted single-node job: not even
+	 * the fstat of the file is spent on it */
+	if (!devil && min_nodes < 2)
+		return NULL;
+	if (!(adv = _advice()))
 		return NULL;
 	bm = bit_copy(bitmap);
 	if (devil) {

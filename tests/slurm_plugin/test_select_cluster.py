@@ -204,7 +204,7 @@ def test_garbage_advice_never_stops_slurmctld(clavis: MiniCluster) -> None:
 def test_one_log_line_per_reason(clavis: MiniCluster) -> None:
     clavis.advice.write_text("not json")
     for _ in range(3):
-        clavis.placed(clavis.submit("-N1"))
+        clavis.placed(clavis.submit("-N1", "--clavis-class=devil"))
         clavis.cancel_all()
     time.sleep(0.5)
     lines = [ln for ln in clavis.log().splitlines() if "select/clavis: advice" in ln]
