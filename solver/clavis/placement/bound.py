@@ -681,7 +681,7 @@ def rack_bound(
     lowest of all), the incumbent is reached, or time runs out.
     """
     start = time.monotonic()
-    deadline = start + 0.75 * time_limit  # the rest for the integer schedule
+    deadline = start + 0.85 * time_limit  # the rest for the dives and the integer schedule
     # The incumbent's own racks start the pool: the first master is then feasible and
     # its duals mean something.
     pool: list[Column] = seed_columns(pb, seed) if seed is not None else []

@@ -42,8 +42,8 @@ RACK_SHARE_AFTER_CPSAT = 0.6
 # last CP-SAT turn on the whole model: at 4,096 hosts building and presolving it overran
 # the time limit by seconds, while the search keeps its deadline to a fraction of one.
 PROBE_SHARE = 0.05
-SEARCH_SHARE = 0.45
-BOUND_END_SHARE = 0.8
+SEARCH_SHARE = 0.7
+BOUND_END_SHARE = 0.92
 SEARCH_AGAIN_END_SHARE = 0.98
 
 

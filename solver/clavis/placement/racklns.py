@@ -40,6 +40,7 @@ JOB_RACKS = 4  # most racks a job neighbourhood frees besides the extra and the 
 SUB_SECONDS = 0.5  # most one neighbourhood's CP-SAT solve may take
 MAX_TRIES = 100_000  # neighbourhoods per call at most, whatever the time limit
 MAX_REPEATS = 2_000  # draws in a row of neighbourhoods known to fail: a local optimum
+SIGNIFICANT = 1e-4  # an improvement of F that resets the patience (F spans about 1)
 
 
 @dataclasses.dataclass
@@ -167,9 +168,10 @@ def improve(
     patience: int = 200,
     found: Callable[[Assignment], None] | None = None,
 ) -> Assignment | None:
-    """A better placement than ``assignment``, or None if no neighbourhood improved it
-    before ``deadline`` or ``patience`` tries in a row failed. ``found`` is called with
-    each improvement (progress reports)."""
+    """A better placement than ``assignment``, or None if no neighbourhood improved it.
+    Stops at ``deadline``, at a local optimum, or when ``patience`` tries in a row gained
+    less than SIGNIFICANT. ``found`` is called with each improvement (progress
+    reports)."""
     s = Search(pb, [dict(u) for u in rack_uses(pb, assignment)])
     rng = random.Random(seed)
     cost = total_cost(s)
@@ -198,7 +200,9 @@ def improve(
             s.uses[r] = u
         trial = total_cost(s)
         if new is not None and trial < cost - 1e-12 * max(1.0, abs(cost)):
-            cost, improved, idle = trial, True, 0
+            if trial < cost - SIGNIFICANT:
+                idle = 0  # crumbs of F do not keep the search going
+            cost, improved = trial, True
             for r in racks:
                 version[r] += 1
             if found is not None:
