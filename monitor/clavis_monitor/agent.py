@@ -34,7 +34,7 @@ from clavis_monitor.perf import (
     Counts,
     PerfCounters,
     UnsupportedError,
-    cpu_vendor,
+    cpu_of,
     event_table,
     mpki,
     perf_cgroup_root,
@@ -129,7 +129,7 @@ class Agent:
         self._next_probe = time.monotonic() + self.cfg.perf.probe_s
         cpuinfo = Path("/proc/cpuinfo").read_text(encoding="ascii", errors="replace")
         root = perf_cgroup_root(Path(self.cfg.containers.cgroup_root))
-        reader = PerfCounters(event_table(cpu_vendor(cpuinfo), self.cfg.perf.raw_events), root)
+        reader = PerfCounters(event_table(cpu_of(cpuinfo), self.cfg.perf.raw_events), root)
         try:
             reader.probe()
             self.counters, self.perf_state = reader, "ok"

@@ -37,9 +37,9 @@ class EventSpec:
 
 
 # Event table per CPU vendor (/proc/cpuinfo vendor_id). LLC misses use the generic
-# cache-misses event (the kernel maps it per model); prefetch requests that reach memory
-# need a model-specific raw code, so they are off by default and set by raw override
-# (perf.raw_events.prefetches) once checked against the vendor's event list.
+# cache-misses event (the kernel maps it per model); prefetch requests need a
+# model-specific raw code: MODEL_EVENTS below for the models whose event lists we
+# checked, a raw override (perf.raw_events.prefetches) for any other.
 EVENT_TABLE: dict[str, dict[str, EventSpec]] = {
     "GenuineIntel": {
         "instructions": EventSpec(PERF_TYPE_HARDWARE, PERF_COUNT_HW_INSTRUCTIONS),
@@ -51,6 +51,29 @@ EVENT_TABLE: dict[str, dict[str, EventSpec]] = {
     },
 }
 GENERIC = EVENT_TABLE["GenuineIntel"]
+
+# Hardware prefetch requests per (vendor, family, models; empty = the whole family). A raw
+# code is umask << 8 | event. Thesis §5.4 counts off-chip requests as LLC misses plus
+# hardware prefetches; where the vendor has no "prefetch that left the chip" event, the
+# closest is the L2 prefetch miss (some of which hit the L3: an upper estimate).
+_SKYLAKE = frozenset({0x4E, 0x5E, 0x55, 0x8E, 0x9E})
+_HASWELL = frozenset({0x3C, 0x3F, 0x45, 0x46})
+MODEL_EVENTS: tuple[tuple[str, int, frozenset[int], dict[str, EventSpec]], ...] = (
+    # AMD family 17h (Zen, Zen 2): l2_pf_miss_l2_l3, event 0x72 umask 0xff, L2 prefetches
+    # that miss both L2 and L3, i.e. go to memory.
+    ("AuthenticAMD", 0x17, frozenset(), {"prefetches": EventSpec(PERF_TYPE_RAW, 0xFF72)}),
+    # Intel Skylake / Cascade Lake (SDM vol. 3B table 19-3): L2_RQSTS.PF_MISS, 24H/38H.
+    ("GenuineIntel", 6, _SKYLAKE, {"prefetches": EventSpec(PERF_TYPE_RAW, 0x3824)}),
+    # Intel Haswell (SDM vol. 3B table 19-11): L2_RQSTS.L2_PF_MISS, 24H/30H.
+    ("GenuineIntel", 6, _HASWELL, {"prefetches": EventSpec(PERF_TYPE_RAW, 0x3024)}),
+)
+
+
+@dataclass(frozen=True)
+class Cpu:
+    vendor: str
+    family: int | None
+    model: int | None
 
 
 class UnsupportedError(Exception):
@@ -77,19 +100,40 @@ def mpki(before: Counts, after: Counts) -> float:
     return 1000.0 * d_req / d_instr
 
 
-def event_table(vendor: str, raw: dict[str, str]) -> dict[str, EventSpec]:
-    """The vendor's events with the config's raw overrides (``0x412e``) applied."""
-    table = dict(EVENT_TABLE.get(vendor, GENERIC))
+def event_table(cpu: Cpu | str, raw: dict[str, str]) -> dict[str, EventSpec]:
+    """The vendor's events, the model's where known, then the config's raw overrides
+    (``0x412e``)."""
+    if isinstance(cpu, str):
+        cpu = Cpu(cpu, None, None)
+    table = dict(EVENT_TABLE.get(cpu.vendor, GENERIC))
+    for vendor, family, models, events in MODEL_EVENTS:
+        if (vendor, family) == (cpu.vendor, cpu.family) and (not models or cpu.model in models):
+            table.update(events)
     for name, code in raw.items():
         table[name] = EventSpec(PERF_TYPE_RAW, int(code, 0))
     return table
 
 
 def cpu_vendor(cpuinfo: str) -> str:
+    return cpu_of(cpuinfo).vendor
+
+
+def cpu_of(cpuinfo: str) -> Cpu:
+    """Vendor, family and model of the first processor in /proc/cpuinfo."""
+    fields: dict[str, str] = {}
     for line in cpuinfo.splitlines():
-        if line.startswith("vendor_id"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
+        if not line.strip():
+            if fields:
+                break  # the first processor is enough
+            continue
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+
+    def number(key: str) -> int | None:
+        text = fields.get(key, "")
+        return int(text) if text.isdigit() else None
+
+    return Cpu(fields.get("vendor_id", "unknown"), number("cpu family"), number("model"))
 
 
 class CounterSource(Protocol):

@@ -12,9 +12,11 @@ from clavis_monitor.agent import Agent
 from clavis_monitor.config import parse
 from clavis_monitor.perf import (
     Counts,
+    Cpu,
     PerfCounters,
     RecordedCounters,
     UnsupportedError,
+    cpu_of,
     cpu_vendor,
     event_table,
     mpki,
@@ -30,6 +32,37 @@ def test_mpki_arithmetic() -> None:
     assert mpki(a, a) == 0.0
     with pytest.raises(ValueError, match="backwards"):
         mpki(b, a)
+
+
+SKYLAKE_SP = """processor	: 0
+vendor_id	: GenuineIntel
+cpu family	: 6
+model		: 85
+model name	: Intel(R) Xeon(R) Gold 6130 CPU @ 2.10GHz
+
+processor	: 1
+vendor_id	: GenuineIntel
+cpu family	: 6
+model		: 85
+"""
+ZEN2 = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 23\nmodel\t\t: 49\n"
+UNKNOWN_INTEL = "processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 143\n"
+
+
+def test_event_table_per_model() -> None:
+    assert cpu_of(SKYLAKE_SP) == Cpu("GenuineIntel", 6, 85)
+    assert cpu_of(ZEN2) == Cpu("AuthenticAMD", 0x17, 49)
+    skx = event_table(cpu_of(SKYLAKE_SP), {})
+    assert (skx["prefetches"].type, skx["prefetches"].config) == (4, 0x3824)
+    assert event_table(cpu_of(ZEN2), {})["prefetches"].config == 0xFF72
+    # A model whose prefetch event we have not checked counts LLC misses only...
+    assert "prefetches" not in event_table(cpu_of(UNKNOWN_INTEL), {})
+    # ...until the site names the raw code, which also beats the table's.
+    assert (
+        event_table(cpu_of(UNKNOWN_INTEL), {"prefetches": "0x3824"})["prefetches"].config == 0x3824
+    )
+    assert event_table(cpu_of(ZEN2), {"prefetches": "0x1"})["prefetches"].config == 1
+    assert cpu_of("garbage") == Cpu("unknown", None, None)
 
 
 def test_event_table_and_raw_overrides() -> None:
