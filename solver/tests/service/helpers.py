@@ -149,12 +149,20 @@ def worked_front() -> dict[str, Any]:
     }  # fmt: skip
 
 
-def contended(client: TestClient) -> None:
-    """Two devil jobs sharing h1 and h2 (devils over tolerance), h3 and h4 idle."""
-    t0 = time.time() - 30
+def contention_reports(age: float = 30) -> list[dict[str, Any]]:
+    """Reports of two devil jobs sharing h1 and h2 (devils over tolerance), h3 and h4
+    idle: eight rounds, the first ``age`` seconds ago."""
+    t0 = time.time() - age
+    out = []
     for i in range(8):
         for host, names in (("h1", ("a1", "b1")), ("h2", ("a2", "b2"))):
             cs = [container(n, job=n[0], mpki=20.0) for n in names]
-            assert post_report(client, report(host, cs, ts=t0 + i)).status_code == 202
+            out.append(report(host, cs, ts=t0 + i))
         for host in ("h3", "h4"):
-            assert post_report(client, report(host, [], ts=t0 + i, busy=0.0)).status_code == 202
+            out.append(report(host, [], ts=t0 + i, busy=0.0))
+    return out
+
+
+def contended(client: TestClient) -> None:
+    for doc in contention_reports():
+        assert post_report(client, doc).status_code == 202

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from .helpers import container, report, store_rows, write_setup
+from .helpers import contention_reports, store_rows, write_setup
 from .process import Daemon, free_port
 
 pytestmark = pytest.mark.slow
@@ -32,13 +31,8 @@ def test_repack_dry_run_changes_nothing_and_apply_without_agent(tmp_path: Path) 
                               check=False)  # fmt: skip
 
     try:
-        t0 = time.time() - 20
-        for i in range(8):
-            for host, names in (("h1", ("a1", "b1")), ("h2", ("a2", "b2"))):
-                cs = [container(n, job=n[0], mpki=20.0) for n in names]
-                d.call("POST", "/api/v1/reports", report(host, cs, ts=t0 + i))
-            for host in ("h3", "h4"):
-                d.call("POST", "/api/v1/reports", report(host, [], ts=t0 + i, busy=0))
+        for doc in contention_reports(age=20):
+            d.call("POST", "/api/v1/reports", doc)
         # Every table but the signed requests' nonces (kept so a request cannot be replayed).
         before = store_rows(url)
         assert len(before["containers"]) == 4 and len(before["container_samples"]) == 32

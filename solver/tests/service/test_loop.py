@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from .helpers import container, report, write_setup
+from .helpers import contention_reports, write_setup
 from .process import Daemon, free_port, wait_for
 
 pytestmark = pytest.mark.slow
@@ -29,13 +29,8 @@ def test_the_internal_loop_decides_and_plans_on_its_own(tmp_path: Path) -> None:
         wait_for(lambda: "repack decision=no-change no container has reported" in log.read_text(),
                  15, "the loop's first pass")  # fmt: skip
         assert d.call("GET", "/api/v1/plans") == []
-        t0 = time.time() - 20
-        for i in range(8):
-            for host, names in (("h1", ("a1", "b1")), ("h2", ("a2", "b2"))):
-                cs = [container(n, job=n[0], mpki=20.0) for n in names]
-                d.call("POST", "/api/v1/reports", report(host, cs, ts=t0 + i))
-            for host in ("h3", "h4"):
-                d.call("POST", "/api/v1/reports", report(host, [], ts=t0 + i, busy=0))
+        for doc in contention_reports(age=20):
+            d.call("POST", "/api/v1/reports", doc)
         sent = time.monotonic()
         plans: list[Any] = []
 

@@ -21,7 +21,7 @@ import pytest
 
 from clavis.service.store import Store
 
-from .helpers import container, report, store_rows, write_setup
+from .helpers import container, contention_reports, report, store_rows, write_setup
 from .process import Daemon, free_port, wait_for
 from .protocol_recorder import NOTHING_MOVED, ProtocolRecorder
 
@@ -105,13 +105,8 @@ def _setup(tmp_path: Path, recorder: ProtocolRecorder, store_url: str, timeout_s
 
 def _contend(d: Daemon) -> None:
     """Two devil jobs contending on h1 and h2; h3 and h4 empty."""
-    t0 = time.time() - 20
-    for i in range(8):
-        for host, names in (("h1", ("a1", "b1")), ("h2", ("a2", "b2"))):
-            cs = [container(n, job=n[0], mpki=20.0) for n in names]
-            d.call("POST", "/api/v1/reports", report(host, cs, ts=t0 + i))
-        for host in ("h3", "h4"):
-            d.call("POST", "/api/v1/reports", report(host, [], ts=t0 + i, busy=0))
+    for doc in contention_reports(age=20):
+        d.call("POST", "/api/v1/reports", doc)
 
 
 def _repack_in_background(d: Daemon) -> threading.Thread:

@@ -9,14 +9,13 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from .helpers import PASSWORDS, SECRET, container, report, signed, write_setup
+from .helpers import PASSWORDS, SECRET, contention_reports, report, signed, write_setup
 from .process import Daemon, free_port, wait_for
 from .protocol_recorder import ProtocolRecorder
 
@@ -82,13 +81,8 @@ def test_the_secret_never_reaches_the_log(tmp_path: Path, recorder: ProtocolReco
     d.start(args=["--log-level", "debug"])
     try:
         # Signed reports, accepted; one with a forged signature and one replayed, refused.
-        t0 = time.time() - 20
-        for i in range(8):
-            for host, names in (("h1", ("a1", "b1")), ("h2", ("a2", "b2"))):
-                cs = [container(n, job=n[0], mpki=20.0) for n in names]
-                d.call("POST", "/api/v1/reports", report(host, cs, ts=t0 + i))
-            for host in ("h3", "h4"):
-                d.call("POST", "/api/v1/reports", report(host, [], ts=t0 + i, busy=0))
+        for doc in contention_reports(age=20):
+            d.call("POST", "/api/v1/reports", doc)
         path = "/api/v1/reports"
         body = json.dumps(report("h3", [], busy=0)).encode()
         headers = signed(path, body)
