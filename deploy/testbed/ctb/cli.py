@@ -171,7 +171,9 @@ def _build(st: State) -> None:
     st.save()
 
     slurm.write_munge_key()
-    slurm.write_conf(topo)
+    select = slurm.install_select()
+    slurm.write_conf(topo, select)
+    _say(slurm.select_line(select))
     containers.write_shared_files(topo)
     containers.write_criu_conf()
     st.processes += slurm.start_head(topo)
@@ -200,6 +202,8 @@ def _write_env(st: State) -> None:
         "CLAVIS_LXCPATH": str(paths.LXC),
         "CLAVIS_HEAD_NETNS": st.topology.core_netns,
     }
+    if slurm.select_type() == slurm.CLAVIS:
+        lines["CLAVIS_ADVICE"] = str(paths.ADVICE)
     paths.ENV_FILE.write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
 
 
@@ -213,6 +217,9 @@ def cmd_up(args: argparse.Namespace) -> int:
                 return EXIT_BAD_INPUT
         elif not problems(st):
             _say("already up")
+            note = slurm.select_note(slurm.select_type())
+            if note:
+                _say(note)
             _print_table(st)
             return 0
         _say("removing the remains of an earlier, incomplete up")
@@ -318,10 +325,22 @@ def status_dict(st: State) -> dict[str, Any]:
         "criu_config": str(paths.CRIU_CONF),
         "lxcpath": str(paths.LXC),
         "slurm_conf": str(paths.SLURM_CONF),
+        "select": _select_dict(),
         "shared_dir": str(paths.SHARED),
         "env_file": str(paths.ENV_FILE),
         "processes": [p.to_dict() for p in st.processes],
         "netns": st.netns,
+    }
+
+
+def _select_dict() -> dict[str, Any]:
+    select = slurm.select_type()
+    clavis = select == slurm.CLAVIS
+    return {
+        "type": select,
+        "plugin": str(paths.PLUGINS / slurm.SELECT_SO.name) if clavis else None,
+        "config": str(paths.SELECT_CONF) if clavis else None,
+        "advice_file": str(paths.ADVICE) if clavis else None,
     }
 
 
@@ -330,7 +349,7 @@ def _print_table(st: State) -> None:
     topo = st.topology
     print(
         f"head: netns {topo.core_netns} ip {topo.head_ip}   core link: tbf "
-        f"{topo.core_rate_mbit} Mbit/s   criu: {d['criu']}"
+        f"{topo.core_rate_mbit} Mbit/s   select: {d['select']['type']}   criu: {d['criu']}"
     )
     hdr = ("RACK", "HOST", "NETNS", "BMC", "WATTS", "CONTAINER", "IP", "LXC", "SLURM")
     rows = []

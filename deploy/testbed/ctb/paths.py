@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent.parent  # deploy/testbed
+REPO = HERE.parent.parent
 RUN = Path(os.environ.get("CLAVIS_TESTBED_RUN", "/run/clavis-testbed"))
 CACHE = Path(os.environ.get("CLAVIS_CACHE", "/var/cache/clavis"))
 
@@ -27,6 +28,13 @@ MUNGE_SOCKET = RUN / "munge" / "munge.socket"
 SLURM_CONF = ETC / "slurm.conf"
 CRIU_CONF = ETC / "criu-dump.conf"
 CRIU_RESTORE_CONF = ETC / "criu-restore.conf"
+# select_clavis.so, when built, is copied here (inside ETC: the nodes see it too, and
+# every Slurm command loads all select plugins of PluginDir); its configuration file
+# sits beside slurm.conf, where the plugin looks for it
+PLUGINS = ETC / "plugins"
+SELECT_CONF = ETC / "select_clavis.conf"
+# the advice file select/clavis reads (clavisd's advice.path on the testbed)
+ADVICE = RUN / "clavis" / "advice.json"
 
 ROOTFS_VERSION = 1
 ROOTFS = CACHE / f"rootfs-{ROOTFS_VERSION}"
