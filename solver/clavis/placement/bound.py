@@ -38,6 +38,7 @@ import itertools
 import math
 import time
 from collections import Counter, defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -527,19 +528,29 @@ def rack_uses(pb: RackProblem, assignment: Assignment) -> list[Counter[tuple[int
     return out
 
 
+def configuration(
+    pb: RackProblem, uses: Iterable[tuple[int, int, int]]
+) -> tuple[tuple[int, ...], float]:
+    """Members of each group in a rack running ``uses`` ((class, pattern, hosts)), and
+    what that configuration costs in F."""
+    counts = [0] * len(pb.groups)
+    cost = 0.0
+    for ci, pi, n in uses:
+        p = pb.patterns[ci][pi]
+        cost += n * host_cost(pb, ci, p)
+        for gi, k in enumerate(p.counts):
+            counts[gi] += n * k
+    return tuple(counts), cost + rack_cost(pb, tuple(counts))
+
+
 def seed_columns(pb: RackProblem, assignment: Assignment) -> list[Column]:
     """The rack configurations a placement uses."""
     type_of = {r: rt for rt, racks in enumerate(pb.racks_of_type) for r in racks}
     out: dict[tuple[int, tuple[tuple[int, int, int], ...]], Column] = {}
     for r, used in enumerate(rack_uses(pb, assignment)):
         uses = tuple(sorted((ci, pi, n) for (ci, pi), n in used.items()))
-        counts = [0] * len(pb.groups)
-        for ci, pi, n in uses:
-            for gi, k in enumerate(pb.patterns[ci][pi].counts):
-                counts[gi] += n * k
-        cost = sum(n * host_cost(pb, ci, pb.patterns[ci][pi]) for ci, pi, n in uses)
-        cost += rack_cost(pb, tuple(counts))
-        out[type_of[r], uses] = Column(type_of[r], tuple(counts), uses, cost)
+        counts, cost = configuration(pb, uses)
+        out[type_of[r], uses] = Column(type_of[r], counts, uses, cost)
     return list(out.values())
 
 

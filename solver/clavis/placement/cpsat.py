@@ -458,14 +458,14 @@ def _search_then_bound(
     options: SolveOptions,
     racks: rack.RackProblem,
     *,
+    limits: Bounds,
     hint: Assignment,
     start: Score,
     watch: Stopwatch,
 ) -> tuple[rack.BoundResult, Assignment, Score]:
     """The rack search from the warm start, the rack bound (with its dives) against what
     it found, and the rack search again with the time the bound left. Returns the bound
-    and the placement CP-SAT should start from, with its score."""
-    limits = bounds(inst)
+    and the best placement, with its score."""
 
     def search(hint: Assignment, start: Score, until: float) -> tuple[Assignment, Score]:
         def offer(a: Assignment) -> None:
@@ -505,13 +505,14 @@ def _solve_racks(
     options: SolveOptions,
     racks: rack.RackProblem,
     *,
+    limits: Bounds,
     hint: Assignment | None,
     start: Score | None,
     watch: Stopwatch,
 ) -> tuple[_Outcome, rack.BoundResult | None, Assignment | None, Score | None]:
     """The rack model's turns (see SEARCH_SHARE). Returns the outcome (the best placement
-    and CP-SAT's bound), the rack bound if it ran, and the best placement with its
-    score."""
+    and CP-SAT's bound; solve() decides whether the bounds prove it optimal), the rack
+    bound if it ran, and the best placement with its score."""
     if options.deterministic or hint is None or start is None:
         out = _run_racks(inst, options, racks, hint=hint, watch=watch, budget=options.time_limit)
         return out, None, hint, start
@@ -520,14 +521,13 @@ def _solve_racks(
     if out.status == "OPTIMAL":
         return out, None, hint, start
     if out.assignment is not None:
-        found = score(inst, out.assignment, weights, bounds(inst))
+        found = score(inst, out.assignment, weights, limits)
         if found.F < start.F:
             hint, start = out.assignment, found
     early, hint, start = _search_then_bound(
-        inst, weights, options, racks, hint=hint, start=start, watch=watch
+        inst, weights, options, racks, limits=limits, hint=hint, start=start, watch=watch
     )
-    status: Status = "OPTIMAL" if _proves(early.bound, start.F) else "FEASIBLE"
-    return _Outcome(status, hint, out.bound), early, hint, start
+    return _Outcome("FEASIBLE", hint, out.bound), early, hint, start
 
 
 def _proves(bound: float, f: float) -> bool:
@@ -560,7 +560,7 @@ def solve(
     early: rack.BoundResult | None = None
     if racks is not None and rackmodel.applicable(inst):
         out, early, hint, start = _solve_racks(
-            inst, weights, options, racks, hint=hint, start=start, watch=watch
+            inst, weights, options, racks, limits=limits, hint=hint, start=start, watch=watch
         )
     else:
         out = _run_per_host(

@@ -31,7 +31,7 @@ from ortools.sat.python import cp_model
 
 from clavis.instance import Assignment, Instance
 from clavis.placement import rackmodel
-from clavis.placement.bound import RackProblem, decode, host_cost, rack_cost, rack_uses
+from clavis.placement.bound import RackProblem, configuration, decode, rack_uses
 from clavis.placement.hints import complete_hint
 
 Uses = dict[tuple[int, int], int]  # (class, pattern) -> hosts of one rack running it
@@ -50,12 +50,11 @@ class Search:
     pb: RackProblem
     uses: list[Uses]
 
-    def counts(self, r: int) -> list[int]:
-        out = [0] * len(self.pb.groups)
-        for (ci, pi), n in self.uses[r].items():
-            for gi, k in enumerate(self.pb.patterns[ci][pi].counts):
-                out[gi] += n * k
-        return out
+    def configuration(self, r: int) -> tuple[tuple[int, ...], float]:
+        return configuration(self.pb, ((ci, pi, n) for (ci, pi), n in self.uses[r].items()))
+
+    def counts(self, r: int) -> tuple[int, ...]:
+        return self.configuration(r)[0]
 
     def contended(self, r: int) -> set[int]:
         """Devil jobs with a container on a contended host of rack ``r``."""
@@ -75,22 +74,11 @@ class Search:
         )
 
 
-def configuration_cost(pb: RackProblem, uses: Uses) -> float:
-    counts = [0] * len(pb.groups)
-    cost = 0.0
-    for (ci, pi), n in uses.items():
-        p = pb.patterns[ci][pi]
-        cost += n * host_cost(pb, ci, p)
-        for gi, k in enumerate(p.counts):
-            counts[gi] += n * k
-    return cost + rack_cost(pb, tuple(counts))
-
-
 def _neighbourhood(s: Search, rng: random.Random) -> list[int] | None:
     racks = range(len(s.uses))
     busy = [r for r in racks if s.busy(r)]
     spare = [r for r in racks if not s.busy(r)][:1]
-    lagging = sorted(set().union(*(s.contended(r) for r in busy)))
+    lagging = sorted(s.lagging())
     if lagging and rng.random() < 0.5:
         job = rng.choice(lagging)
         holding = [r for r in busy if job in s.contended(r)]
@@ -100,10 +88,10 @@ def _neighbourhood(s: Search, rng: random.Random) -> list[int] | None:
     return sorted(pair) if any(r in busy for r in pair) else None
 
 
-def _sub_problem(s: Search, racks: list[int]) -> RackProblem:
-    """The freed racks as a problem of their own: their members, their racks."""
+def _sub_problem(s: Search, racks: list[int], sizes: list[int]) -> RackProblem:
+    """The freed racks as a problem of their own: their members (``sizes`` of each
+    group), their racks."""
     pb = s.pb
-    sizes = [sum(col) for col in zip(*(s.counts(r) for r in racks), strict=True)]
     groups = [
         dataclasses.replace(g, members=g.members[:n]) for g, n in zip(pb.groups, sizes, strict=True)
     ]
@@ -123,11 +111,14 @@ def _sub_problem(s: Search, racks: list[int]) -> RackProblem:
 
 def _reseat(s: Search, racks: list[int], seconds: float, seed: int) -> list[Uses] | None:
     """The best configurations of ``racks`` for the members they hold, or None."""
-    # The rack model orders identical racks by their count of the largest group; hand
-    # it the racks in that order so that the current configuration is a valid hint.
-    big = rackmodel.largest_group(_sub_problem(s, racks))
-    racks = sorted(racks, key=lambda r: -s.counts(r)[big])
-    model, v = rackmodel.build_rack_model(_sub_problem(s, racks))
+    counts = {r: s.counts(r) for r in racks}
+    sizes = [sum(col) for col in zip(*counts.values(), strict=True)]
+    # The rack model orders identical racks by their count of the largest group (the
+    # first of the largest, as rackmodel does); hand it the racks in that order so that
+    # the current configuration is a valid hint.
+    big = max(range(len(sizes)), key=lambda gi: sizes[gi])
+    racks = sorted(racks, key=lambda r: -counts[r][big])
+    model, v = rackmodel.build_rack_model(_sub_problem(s, racks, sizes))
     elsewhere = set().union(*(s.contended(r) for r in range(len(s.uses)) if r not in racks))
     for job, lagging in v.lagging.items():
         if job in elsewhere:  # charged by another rack whatever happens here
@@ -155,7 +146,7 @@ def _reseat(s: Search, racks: list[int], seconds: float, seed: int) -> list[Uses
 def total_cost(s: Search) -> float:
     """F up to a constant: configuration costs plus the straggler charges."""
     charges = s.pb.k_d * sum(s.pb.devil_cores[j] for j in s.lagging())
-    return sum(configuration_cost(s.pb, u) for u in s.uses) + charges
+    return sum(s.configuration(r)[1] for r in range(len(s.uses))) + charges
 
 
 def improve(
@@ -195,11 +186,14 @@ def improve(
         repeats = 0
         new = _reseat(s, racks, min(SUB_SECONDS, left), rng.randrange(2**31))
         idle += 1
+        if new is None:
+            failed[tuple(racks)] = state
+            continue
         old = [s.uses[r] for r in racks]
-        for r, u in zip(racks, new or old, strict=True):
+        for r, u in zip(racks, new, strict=True):
             s.uses[r] = u
         trial = total_cost(s)
-        if new is not None and trial < cost - 1e-12 * max(1.0, abs(cost)):
+        if trial < cost - 1e-12 * max(1.0, abs(cost)):
             if trial < cost - SIGNIFICANT:
                 idle = 0  # crumbs of F do not keep the search going
             cost, improved = trial, True

@@ -39,7 +39,7 @@ def _ub(v: cp_model.IntVar) -> int:
     return int(list(v.proto.domain)[-1])
 
 
-def largest_group(pb: RackProblem) -> int:
+def _largest_group(pb: RackProblem) -> int:
     return max(range(len(pb.groups)), key=lambda gi: pb.groups[gi].size)
 
 
@@ -110,7 +110,7 @@ def _rack_traffic(
 def _order_identical_racks(model: cp_model.CpModel, pb: RackProblem, v: RackVars) -> None:
     # Identical racks can be permuted freely; keep only orders where the largest group's
     # count does not grow (hint_counts sorts the same way).
-    big = largest_group(pb)
+    big = _largest_group(pb)
     for racks in pb.racks_of_type:
         for r1, r2 in itertools.pairwise(racks):
             model.add(v.n[big, r1] >= v.n[big, r2])
@@ -119,7 +119,7 @@ def _order_identical_racks(model: cp_model.CpModel, pb: RackProblem, v: RackVars
 def hint_counts(pb: RackProblem, assignment: Assignment) -> dict[tuple[int, int, int], int]:
     """A placement as (rack, class, pattern) -> hosts, racks ordered as the model wants."""
     per_rack = rack_uses(pb, assignment)
-    big = largest_group(pb)
+    big = _largest_group(pb)
 
     def key(r: int) -> int:
         return sum(n * pb.patterns[ci][pi].counts[big] for (ci, pi), n in per_rack[r].items())
