@@ -85,7 +85,7 @@ class PowerFitOut(_Out):
     refused: dict[str, str] = Field(description="Host -> why no model could be fitted.")
 
 
-class StepOut(_Out):
+class ProposedStep(_Out):
     idx: int
     wave: int
     container: str
@@ -93,6 +93,11 @@ class StepOut(_Out):
     target: str
     cores: int
     memory_bytes: int
+
+
+class StepOut(ProposedStep):
+    """A stored step: the proposed move and how it went."""
+
     state: str
     dispatches: int
     message: str
@@ -109,16 +114,6 @@ class PlanOut(_Out):
     summary: dict[str, Any]
     message: str
     steps: list[StepOut]
-
-
-class ProposedStep(_Out):
-    idx: int
-    wave: int
-    container: str
-    source: str
-    target: str
-    cores: int
-    memory_bytes: int
 
 
 class ProposedPlan(_Out):
