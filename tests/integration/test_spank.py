@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from slurm_plugin.registry import RecordingRegistry
 
-from clavis_contracts.registration import DeregisterStep, RegisterStep, RegistrationRequest
-from clavis_monitor.registry import RegistrationServer, Registry
+from clavis_contracts.registration import DeregisterStep, RegisterStep
+from clavis_monitor.registry import RegistrationServer
 
 from . import tb
 
@@ -36,18 +37,6 @@ PLUGIN_DIR = tb.REPO / "slurm-plugin"
 PLUGSTACK = tb.RUN_DIR / "etc" / "plugstack.conf"  # beside slurm.conf: Slurm's default
 BATCH_STEP = 4294967291
 BUDGET_MS = 200
-
-
-class RecordingRegistry(Registry):
-    """The monitor's registry, keeping every accepted request for the test to read."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.requests: list[RegisterStep | DeregisterStep] = []
-
-    def apply(self, request: RegistrationRequest, now: float) -> str | None:
-        self.requests.append(request.root)
-        return super().apply(request, now)
 
 
 @pytest.fixture(scope="module")

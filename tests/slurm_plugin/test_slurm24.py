@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from clavis_contracts.registration import DeregisterStep, RegisterStep, RegistrationRequest
-from clavis_monitor.registry import RegistrationServer, Registry
+from clavis_contracts.registration import DeregisterStep, RegisterStep
+from clavis_monitor.registry import RegistrationServer
 
 from .minicluster import REPO, MiniCluster, slurm_available
+from .registry import RecordingRegistry
 from .test_select_cluster import SEQUENCE, advice_doc
 
 pytestmark = pytest.mark.skipif(
@@ -27,18 +28,6 @@ pytestmark = pytest.mark.skipif(
 
 COMPAT = REPO / "slurm-plugin" / "compat"
 BATCH_STEP = 4294967291
-
-
-class RecordingRegistry(Registry):
-    """The monitor's registry, keeping every accepted request for the test to read."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.requests: list[RegisterStep | DeregisterStep] = []
-
-    def apply(self, request: RegistrationRequest, now: float) -> str | None:
-        self.requests.append(request.root)
-        return super().apply(request, now)
 
 
 @pytest.fixture(scope="module")
