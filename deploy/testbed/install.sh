@@ -9,6 +9,8 @@ set -euo pipefail
 packages=(
     # Slurm 22.05 and its authentication
     slurmctld slurmd slurm-client munge
+    # accounting: slurmdbd with a MariaDB of its own in the head's netns (sacct)
+    slurmdbd mariadb-server
     # spank.h for slurm-plugin/ (spank_clavis.so); debootstrap for its Slurm 24.11 root
     libslurm-dev debootstrap
     # system containers

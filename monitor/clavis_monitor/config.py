@@ -89,7 +89,8 @@ class TrafficConfig:
 @dataclass(frozen=True)
 class PowerConfig:
     methods: tuple[str, ...] = POWER_METHODS
-    ipmitool: str = "ipmitool"
+    # argv prefix like traffic.nft, e.g. ["nsenter", "--net=/run/netns/host", "ipmitool"]
+    ipmitool: tuple[str, ...] = ("ipmitool",)
     bmc_host: str = ""  # empty: in-band (the local BMC through /dev/ipmi0)
     bmc_port: int = 623
     bmc_user: str = "admin"
@@ -169,6 +170,8 @@ def _check(cfg: Config, problems: list[str]) -> None:
         problems.append(f"traffic.backend: one of {', '.join(TRAFFIC_BACKENDS)}")
     if not cfg.traffic.table.replace("_", "").isalnum():
         problems.append("traffic.table: letters, digits and _ only")
+    if not cfg.power.ipmitool:
+        problems.append("power.ipmitool: an empty command")
     bad = [m for m in cfg.power.methods if m not in POWER_METHODS]
     if bad:
         problems.append(f"power.methods: unknown {bad}; known: {', '.join(POWER_METHODS)}")

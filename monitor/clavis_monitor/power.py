@@ -193,7 +193,7 @@ class PowerReader:
         self._worked: dict[str, int] = {}
 
     def _argv(self) -> list[str]:
-        argv = [self.cfg.ipmitool]
+        argv = list(self.cfg.ipmitool)
         if self.cfg.bmc_host:
             # -f: the password is read from a root-only file, never on the command line
             argv += [

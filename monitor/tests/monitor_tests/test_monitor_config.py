@@ -44,6 +44,17 @@ def test_every_problem_is_listed(tmp_path: Path) -> None:
         assert needle in msg, msg
 
 
+def test_ipmitool_is_an_argument_list() -> None:
+    assert parse({}).power.ipmitool == ("ipmitool",)
+    prefixed = ["nsenter", "--net=/run/netns/mgmt", "ipmitool"]
+    assert parse({"power": {"ipmitool": prefixed}}).power.ipmitool == tuple(prefixed)
+    for bad, needle in (("ipmitool", "power.ipmitool: expected tuple"), ([], "empty command")):
+        with pytest.raises(ConfigError) as err:
+            parse({"power": {"ipmitool": bad}})
+        msg = str(err.value)
+        assert needle in msg, msg
+
+
 def test_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text("interval_s = -1\n")

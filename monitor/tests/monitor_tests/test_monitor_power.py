@@ -132,3 +132,19 @@ def test_one_ipmitool_session_serves_many_readings_and_survives_a_bmc_restart(
         reader.close()
     assert shell_pid is not None and not Path(f"/proc/{shell_pid}").exists()
     assert reader._shell._proc is None
+
+
+@needs_sim
+def test_ipmitool_command_is_an_argument_list_a_site_can_prefix(bmc: Bmc, tmp_path: Path) -> None:
+    # e.g. ["nsenter", "--net=/run/netns/mgmt", "ipmitool"] on a site whose BMC network is
+    # reached from another netns; `timeout` stands for any prefix here
+    doc = _cfg(bmc, tmp_path, ["ipmi-dcmi"])
+    power = doc["power"]
+    assert isinstance(power, dict)
+    power["ipmitool"] = ["timeout", "60", "ipmitool"]
+    agent = Agent(parse(doc), None)
+    try:
+        agent.sample_power()
+        assert agent.build_report().power.watts == 150.0, agent.power.states
+    finally:
+        agent.power.close()
