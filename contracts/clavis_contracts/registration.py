@@ -10,17 +10,24 @@ A register is additive and idempotent: sending the same (node, job, step) again 
 pids and cgroups, so a per-task sender needs no coordination. A deregister drops the step
 whatever its pids; deregistering an unknown step is not an error (the monitor may have
 restarted in between).
+
+Version 2 added ``job_name`` (from which, with ``uid``, the monitor makes the
+application key of clavis_contracts.application) and says what the pids always were:
+the sender's view, in the sender's pid namespace.
+Version 1 requests are still accepted, without ``job_name``.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Final, Literal
 
-from pydantic import Field, RootModel, field_validator
+from pydantic import Field, RootModel, field_validator, model_validator
 
+from clavis_contracts.application import app_key
 from clavis_contracts.common import Name, Strict
 
-REGISTRATION_VERSION: Final = 1
+REGISTRATION_VERSION: Final = 2
+MAX_JOB_NAME: Final = 1024
 MAX_MESSAGE_BYTES: Final = 65536  # one request line, newline included
 MAX_PIDS: Final = 4096
 MAX_CGROUPS: Final = 32
@@ -44,7 +51,7 @@ def _cgroup_path(path: str) -> str:
 
 
 class _Step(Strict):
-    schema_version: Literal[1] = REGISTRATION_VERSION
+    schema_version: Literal[1, 2] = REGISTRATION_VERSION
     node: Name = Field(description="Slurm node name of the step (= the container's name).")
     job_id: int = Field(ge=1, le=UINT32_MAX, description="SLURM_JOB_ID.")
     step_id: int = Field(
@@ -60,7 +67,9 @@ class RegisterStep(_Step):
 
     op: Literal["register"]
     pids: list[Annotated[int, Field(ge=1, le=PID_MAX)]] = Field(
-        min_length=1, max_length=MAX_PIDS, description="Task pids as the host sees them."
+        min_length=1,
+        max_length=MAX_PIDS,
+        description="Task pids as the sender (slurmstepd) sees them, in its own pid namespace.",
     )
     cgroups: list[Annotated[str, Field(max_length=4096)]] = Field(
         default_factory=list,
@@ -73,9 +82,28 @@ class RegisterStep(_Step):
         default=None,
         min_length=1,
         max_length=256,
-        description="Application key (executable name or the user's hint).",
+        description="Base name of the step's command (the batch script for the batch "
+        "step); the application key's fallback name when job_name is absent.",
+    )
+    job_name: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_JOB_NAME,
+        description="The Slurm job name (SLURM_JOB_NAME); with uid it makes the application "
+        "key UID:NAME (clavis_contracts.application). Schema version 2.",
     )
     class_hint: ClassHint = "auto"
+
+    @model_validator(mode="after")
+    def _versioned(self) -> RegisterStep:
+        if self.schema_version == 1 and self.job_name is not None:
+            raise ValueError("job_name needs schema_version 2")
+        return self
+
+    def application(self) -> str | None:
+        """The step's application key: uid and job name, or uid and command name when the
+        job name is absent; None when the key cannot be made."""
+        return app_key(self.uid, self.job_name if self.job_name is not None else self.app)
 
     @field_validator("cgroups")
     @classmethod
@@ -108,4 +136,4 @@ class RegistrationReply(Strict):
 
     ok: bool
     error: str | None = Field(default=None, max_length=1024)
-    schema_version: Literal[1] = REGISTRATION_VERSION
+    schema_version: Literal[1, 2] = REGISTRATION_VERSION

@@ -11,16 +11,23 @@ from typing import Final, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from clavis_contracts.application import is_app_key
 from clavis_contracts.common import AwareDatetime, Name, Strict
 
-REPORT_VERSION: Final = 1
+# Version 2 added ContainerSample.class_hint, the "emulated" intensity source and the
+# application key format of ``app`` (clavis_contracts.application). Version 1 reports
+# are still accepted, without those, so monitors can be upgraded after clavisd.
+REPORT_VERSION: Final = 2
 MAX_CONTAINERS: Final = 1024
 MAX_PEERS: Final = 4096
 
 # Where a container's memory intensity came from. "perf": hardware counters read now;
 # "recorded": counter values replayed from a recording (hosts without PMU access, tests);
+# "emulated": a testbed's emulated miss counter (docs/testbed.md), never real hardware;
 # "unsupported": no counters on this host, intensity_mpki is null.
-IntensitySource = Literal["perf", "recorded", "unsupported"]
+IntensitySource = Literal["perf", "recorded", "emulated", "unsupported"]
+# The user's --clavis-class when it names a class ("auto" is no hint and is not sent).
+ReportedHint = Literal["devil", "turtle"]
 PowerSource = Literal["ipmi-dcmi", "ipmi-sensor", "rapl", "none"]
 
 
@@ -48,8 +55,15 @@ class ContainerSample(Strict):
     app: str | None = Field(
         default=None,
         max_length=256,
-        description="Application key for per-application class memory (executable or a "
-        "user-given hint); the job name is used when absent.",
+        description="Application key for per-application class memory: the job owner's "
+        "uid, ':', the Slurm job name (UID:NAME, clavis_contracts.application; from "
+        "schema_version 2 on this format is enforced); clavisd uses the job when absent.",
+    )
+    class_hint: ReportedHint | None = Field(
+        default=None,
+        description="The user's --clavis-class for the job in this container when it names "
+        "a class (devil or turtle); null when none was given or it was auto. Schema "
+        "version 2.",
     )
     cores: int = Field(ge=1, le=65536)
     memory_bytes: int = Field(ge=0, le=2**50)
@@ -77,7 +91,7 @@ class ContainerSample(Strict):
 
 
 class MonitorReport(Strict):
-    schema_version: Literal[1] = REPORT_VERSION
+    schema_version: Literal[1, 2] = REPORT_VERSION
     kind: Literal["clavis.report"] = "clavis.report"
     host: Name
     timestamp: AwareDatetime = Field(description="End of the sampled interval.")
@@ -93,3 +107,15 @@ class MonitorReport(Strict):
         if len(set(names)) != len(names):
             raise ValueError("a container is listed twice")
         return containers
+
+    @model_validator(mode="after")
+    def _versioned(self) -> MonitorReport:
+        for c in self.containers:
+            if self.schema_version == 1:
+                if c.class_hint is not None or c.intensity_source == "emulated":
+                    raise ValueError(f"container {c.name!r}: class_hint and the 'emulated' "
+                                     "intensity source need schema_version 2")  # fmt: skip
+            elif c.app is not None and not is_app_key(c.app):
+                raise ValueError(f"container {c.name!r}: app {c.app!r} is not an application "
+                                 "key UID:NAME (clavis_contracts.application)")  # fmt: skip
+        return self

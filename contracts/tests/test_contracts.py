@@ -66,7 +66,7 @@ def test_a_good_report_validates_and_round_trips() -> None:
         ({"busy_cores": -1}, "greater than or equal"),
         ({"extra": 1}, "Extra inputs"),
         ({"host": "bad host"}, "pattern"),
-        ({"schema_version": 2}, "Input should be 1"),
+        ({"schema_version": 3}, "Input should be 1 or 2"),
         ({"interval_s": float("nan")}, "finite"),
     ],
 )

@@ -51,7 +51,7 @@ def test_minimal_register_takes_the_defaults() -> None:
     ("over", "needle"),
     [
         ({"op": "hello"}, "register"),
-        ({"schema_version": 2}, "Input should be 1"),
+        ({"schema_version": 3}, "Input should be 1 or 2"),
         ({"job_id": 0}, "greater than or equal to 1"),
         ({"step_id": 2**32}, "less than or equal to 4294967295"),
         ({"pids": []}, "at least 1"),
@@ -79,6 +79,6 @@ def test_deregister_refuses_register_fields() -> None:
 
 def test_reply_starts_with_ok_for_c_readers() -> None:
     assert RegistrationReply(ok=True).model_dump_json() == (
-        '{"ok":true,"error":null,"schema_version":1}'
+        '{"ok":true,"error":null,"schema_version":2}'
     )
     assert RegistrationReply(ok=False, error="x").model_dump_json().startswith('{"ok":false')

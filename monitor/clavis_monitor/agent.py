@@ -301,6 +301,7 @@ class Agent:
                     name=c.name,
                     job=job.job if job else (str(fallback[-1]) if fallback else None),
                     app=job.app if job else None,
+                    class_hint=job.class_hint if job and job.class_hint != "auto" else None,
                     cores=value.cores,
                     memory_bytes=value.memory_bytes,
                     busy_cores=min(value.busy_cores, float(value.cores)),

@@ -40,7 +40,7 @@ class Step:
     pids: set[int] = field(default_factory=set)
     cgroups: set[str] = field(default_factory=set)
     uid: int | None = None
-    app: str | None = None
+    app: str | None = None  # the application key (clavis_contracts.application)
     class_hint: ClassHint = "auto"
     since: float = 0.0
 
@@ -79,7 +79,7 @@ class Registry:
             step.pids.update(msg.pids)
             step.cgroups.update(msg.cgroups)
             step.uid = msg.uid if msg.uid is not None else step.uid
-            step.app = msg.app or step.app
+            step.app = msg.application() or step.app
             if msg.class_hint != "auto":
                 step.class_hint = msg.class_hint
         return None

@@ -1,5 +1,5 @@
 /*
- * clavis_msg.c - build registration requests of contract v1 as one JSON line.
+ * clavis_msg.c - build registration requests of contract v2 as one JSON line.
  */
 #include "clavis_msg.h"
 
@@ -88,6 +88,71 @@ static int _buf_json_str(clavis_buf_t *buf, const char *text)
 			return -1;
 	}
 	return _buf_add(buf, "\"", 1);
+}
+
+/* A JSON string of any valid UTF-8 (clavis_job_name_ok): '"', '\\' and the control
+ * characters are escaped, every other byte is copied. */
+static int _buf_json_text(clavis_buf_t *buf, const char *text)
+{
+	const unsigned char *p;
+	char esc[8];
+
+	if (_buf_add(buf, "\"", 1) < 0)
+		return -1;
+	for (p = (const unsigned char *)text; *p; p++) {
+		if (*p < 0x20) {
+			(void)snprintf(esc, sizeof(esc), "\\u%04x", *p);
+			if (_buf_add(buf, esc, 6) < 0)
+				return -1;
+			continue;
+		}
+		if ((*p == '"' || *p == '\\') && _buf_add(buf, "\\", 1) < 0)
+			return -1;
+		if (_buf_add(buf, (const char *)p, 1) < 0)
+			return -1;
+	}
+	return _buf_add(buf, "\"", 1);
+}
+
+int clavis_job_name_ok(const char *name)
+{
+	const unsigned char *p;
+	unsigned int cp;
+	size_t n, i, k, more;
+
+	if (!name || !name[0] || strlen(name) > CLAVIS_MAX_JOB_NAME)
+		return 0;
+	p = (const unsigned char *)name;
+	n = strlen(name);
+	for (i = 0; i < n; i += more + 1) {
+		if (p[i] < 0x80) {
+			more = 0;
+			continue;
+		}
+		if (p[i] >= 0xc2 && p[i] <= 0xdf) {
+			more = 1;
+			cp = p[i] & 0x1f;
+		} else if (p[i] >= 0xe0 && p[i] <= 0xef) {
+			more = 2;
+			cp = p[i] & 0x0f;
+		} else if (p[i] >= 0xf0 && p[i] <= 0xf4) {
+			more = 3;
+			cp = p[i] & 0x07;
+		} else {
+			return 0; /* a continuation byte first, C0/C1, F5..FF */
+		}
+		if (i + more >= n)
+			return 0;
+		for (k = 1; k <= more; k++) {
+			if ((p[i + k] & 0xc0) != 0x80)
+				return 0;
+			cp = (cp << 6) | (p[i + k] & 0x3f);
+		}
+		if ((more == 2 && cp < 0x800) || (more == 3 && cp < 0x10000) ||
+		    (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff)
+			return 0; /* overlong, surrogate, beyond Unicode */
+	}
+	return 1;
 }
 
 static int _printable(const char *text)
@@ -201,6 +266,8 @@ static int _tasks_ok(const clavis_tasks_t *tasks)
 	    (!tasks->app[0] || strlen(tasks->app) > CLAVIS_MAX_APP ||
 	     !_printable(tasks->app)))
 		return 0;
+	if (tasks->job_name && !clavis_job_name_ok(tasks->job_name))
+		return 0;
 	return 1;
 }
 
@@ -242,6 +309,9 @@ int clavis_build_register(clavis_buf_t *buf, const clavis_step_t *step,
 	if (_buf_str(buf, ",\"app\":") < 0 ||
 	    (tasks->app ? _buf_json_str(buf, tasks->app) :
 			  _buf_str(buf, "null")) < 0)
+		return -1;
+	if (tasks->job_name && (_buf_str(buf, ",\"job_name\":") < 0 ||
+				_buf_json_text(buf, tasks->job_name) < 0))
 		return -1;
 	if (_buf_str(buf, ",\"class_hint\":") < 0 ||
 	    _buf_json_str(buf, tasks->class_hint) < 0 ||

@@ -1,5 +1,5 @@
 /*
- * clavis_msg.h - registration requests of contract v1 (docs/monitor.md) as JSON lines.
+ * clavis_msg.h - registration requests of contract v2 (docs/monitor.md) as JSON lines.
  *
  * Pure code: no Slurm, no sockets. The builders write into a growing buffer that is
  * never allowed past the contract's request limit, so a step with too many pids or
@@ -12,13 +12,14 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define CLAVIS_SCHEMA_VERSION 1
+#define CLAVIS_SCHEMA_VERSION 2
 #define CLAVIS_MAX_REQUEST 65536 /* one request line, newline included */
 #define CLAVIS_MAX_REPLY 4096 /* one reply line, newline included */
 #define CLAVIS_MAX_PIDS 4096
 #define CLAVIS_MAX_CGROUPS 32
 #define CLAVIS_MAX_NODE 128
 #define CLAVIS_MAX_APP 256
+#define CLAVIS_MAX_JOB_NAME 1024 /* bytes; the contract's limit is 1024 characters */
 #define CLAVIS_MAX_CGROUP_PATH 4096
 #define CLAVIS_PID_MAX 4194304
 
@@ -43,7 +44,8 @@ typedef struct {
 	char *const *cgroups; /* already checked with clavis_cgroup_ok() */
 	size_t ncgroups;
 	int64_t uid; /* < 0: unknown (null) */
-	const char *app; /* NULL: unknown */
+	const char *app; /* the command's name; NULL: unknown */
+	const char *job_name; /* SLURM_JOB_NAME, passes clavis_job_name_ok(); NULL: absent */
 	const char *class_hint; /* "auto", "devil" or "turtle" */
 } clavis_tasks_t;
 
@@ -57,6 +59,10 @@ int clavis_build_deregister(clavis_buf_t *buf, const clavis_step_t *step);
 
 /* RET 1 if `name` is a valid node name of the contract, else 0. */
 int clavis_node_ok(const char *name);
+
+/* RET 1 if `name` is 1..CLAVIS_MAX_JOB_NAME bytes of valid UTF-8 (RFC 3629: no
+ * overlong forms, no surrogates), else 0: what the monitor's JSON parser accepts. */
+int clavis_job_name_ok(const char *name);
 
 /* RET 1 if `hint` is one of auto, devil, turtle, else 0. */
 int clavis_class_ok(const char *hint);
@@ -74,9 +80,11 @@ int clavis_cgroup_ok(const char *path);
  */
 int clavis_step_cgroups(const char *text, uint32_t job_id, char **paths, size_t max);
 
-/* The application key from a command path: its basename, non-printable bytes
- * replaced by '_', cut to CLAVIS_MAX_APP bytes. OUT app: at least CLAVIS_MAX_APP + 1
- * bytes. RET 0, or -1 when nothing usable is left (empty basename). */
-int clavis_app_key(const char *argv0, char *app, size_t size);
+/* The command's name from a command path: its basename, non-printable bytes
+ * replaced by '_', cut to CLAVIS_MAX_APP bytes (the registration's `app`, the
+ * application key's fallback when a step has no job name). OUT app: at least
+ * CLAVIS_MAX_APP + 1 bytes. RET 0, or -1 when nothing usable is left (empty
+ * basename). */
+int clavis_command_name(const char *argv0, char *app, size_t size);
 
 #endif /* CLAVIS_MSG_H */

@@ -2,7 +2,8 @@
  * clavis_msg_test.c - drive the pure helpers and the socket exchange from the
  * command line, for slurm-plugin/tests (which check the output against the contract).
  *
- *   clavis_msg_test register NODE JOB STEP UID|- APP|- CLASS PID,PID.. [CGROUP_FILE]
+ *   clavis_msg_test register NODE JOB STEP UID|- APP|- CLASS PID,PID.. [CGROUP_FILE|-
+ *                   [JOB_NAME]]
  *   clavis_msg_test deregister NODE JOB STEP
  *   clavis_msg_test cgroups JOB FILE          (one step directory per line)
  *   clavis_msg_test app ARGV0
@@ -71,7 +72,8 @@ static int _register(int argc, char **argv)
 	t.class_hint = argv[7];
 	t.pids = pids;
 	t.npids = _pids(argv[8], pids, CLAVIS_MAX_PIDS + 2);
-	if (argc > 9) {
+	t.job_name = argc > 10 ? argv[10] : NULL;
+	if (argc > 9 && strcmp(argv[9], "-")) {
 		if (!(text = _slurp(argv[9])))
 			return _refused(argv[9]);
 		n = clavis_step_cgroups(text, step.job_id, cgroups,
@@ -129,7 +131,7 @@ static int _cgroups(char **argv)
 
 static int _exchange(char **argv)
 {
-	static const char req[] = "{\"schema_version\":1,\"op\":\"deregister\","
+	static const char req[] = "{\"schema_version\":2,\"op\":\"deregister\","
 				  "\"node\":\"n1\",\"job_id\":1,\"step_id\":0}\n";
 	clavis_xerr_t err;
 	clavis_x_t rc;
@@ -153,7 +155,7 @@ int main(int argc, char **argv)
 	if (argc == 4 && !strcmp(argv[1], "cgroups"))
 		return _cgroups(argv);
 	if (argc == 3 && !strcmp(argv[1], "app")) {
-		if (clavis_app_key(argv[2], app, sizeof(app)) < 0)
+		if (clavis_command_name(argv[2], app, sizeof(app)) < 0)
 			return _refused("app");
 		printf("%s\n", app);
 		return 0;

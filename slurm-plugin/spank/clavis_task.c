@@ -1,6 +1,6 @@
 /*
  * clavis_task.c - what a registration says about the tasks: their step's cgroup
- * directories (from /proc/PID/cgroup) and the application key (from the command).
+ * directories (from /proc/PID/cgroup) and the command's name.
  */
 #include "clavis_msg.h"
 
@@ -132,7 +132,7 @@ fail:
 	return -1;
 }
 
-int clavis_app_key(const char *argv0, char *app, size_t size)
+int clavis_command_name(const char *argv0, char *app, size_t size)
 {
 	const char *base;
 	size_t i, n;

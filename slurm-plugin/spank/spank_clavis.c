@@ -2,7 +2,7 @@
  * spank_clavis.c - register each job step's tasks with the host's clavis-monitor.
  *
  * In slurmstepd (remote context) the step's task pids are collected as the tasks are
- * forked; once all local tasks exist, one `register` request (contract v1,
+ * forked; once all local tasks exist, one `register` request (contract v2,
  * docs/monitor.md) goes to the monitor's UNIX socket, and a `deregister` when the
  * step ends. The user option --clavis-class=auto|devil|turtle passes a class hint.
  *
@@ -192,17 +192,39 @@ static size_t _step_cgroups(uint32_t job_id, char **paths)
 	return n > 0 ? (size_t)n : 0;
 }
 
-/* The application key: basename of the step's command (the batch script for the
- * batch step). RET app, or NULL if there is none. */
-static const char *_app(spank_t sp, char *app, size_t size)
+/* The command's name: basename of the step's command (slurmstepd's copy of the
+ * script, "slurm_script", for the batch step). RET app, or NULL if there is none. */
+static const char *_command(spank_t sp, char *app, size_t size)
 {
 	char **argv = NULL;
 	int argc = 0;
 
 	if (spank_get_item(sp, S_JOB_ARGV, &argc, &argv) != ESPANK_SUCCESS ||
-	    argc < 1 || !argv || clavis_app_key(argv[0], app, size) < 0)
+	    argc < 1 || !argv || clavis_command_name(argv[0], app, size) < 0)
 		return NULL;
 	return app;
+}
+
+/*
+ * The job name (SLURM_JOB_NAME of the job's environment), from which, with the uid,
+ * the monitor makes the application key that select_clavis also computes from
+ * slurmctld's job record (clavis_contracts.application). OUT *unusable: 1 when the
+ * job has a name that cannot be sent (too long, not UTF-8): then no command name
+ * either, so the monitor makes no key rather than one select_clavis never matches.
+ * RET name, or NULL.
+ */
+static const char *_job_name(spank_t sp, char *name, size_t size, int *unusable)
+{
+	spank_err_t rc = spank_getenv(sp, "SLURM_JOB_NAME", name, (int)size);
+
+	*unusable = 0;
+	if (rc == ESPANK_ENV_NOEXIST)
+		return NULL;
+	if (rc != ESPANK_SUCCESS || !clavis_job_name_ok(name)) {
+		*unusable = 1;
+		return NULL;
+	}
+	return name;
 }
 
 /* Send one request; log once if the monitor does not take it. RET 0 if accepted. */
@@ -235,7 +257,9 @@ static int _send(const clavis_step_t *step, const clavis_buf_t *req,
 static void _register(spank_t sp)
 {
 	char node[CLAVIS_MAX_NODE + 1], app_buf[CLAVIS_MAX_APP + 1];
+	char name_buf[CLAVIS_MAX_JOB_NAME + 2];
 	char *cgroups[CLAVIS_MAX_CGROUPS];
+	int unusable;
 	clavis_step_t step = { 0 };
 	clavis_tasks_t tasks = { 0 };
 	clavis_buf_t req = { 0 };
@@ -250,7 +274,8 @@ static void _register(spank_t sp)
 	tasks.uid = (spank_get_item(sp, S_JOB_UID, &uid) == ESPANK_SUCCESS) ?
 			    (int64_t)uid :
 			    -1;
-	tasks.app = _app(sp, app_buf, sizeof(app_buf));
+	tasks.job_name = _job_name(sp, name_buf, sizeof(name_buf), &unusable);
+	tasks.app = unusable ? NULL : _command(sp, app_buf, sizeof(app_buf));
 	tasks.class_hint = class_hint;
 	if (clavis_build_register(&req, &step, &tasks) < 0)
 		slurm_error("%s: JobId=%u StepId=%u: register not built: %m",

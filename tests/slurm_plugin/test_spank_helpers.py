@@ -1,5 +1,5 @@
 """spank_clavis.so's helpers, driven through build/clavis_msg_test: the JSON lines it
-builds are valid registration requests of contract v1 (checked with the contract's own
+builds are valid registration requests of contract v2 (checked with the contract's own
 model), garbage is refused before it reaches the monitor, and one exchange with the
 monitor's socket never outlasts its budget, whatever the listener does."""
 
@@ -116,7 +116,7 @@ def test_deregister_line_is_a_contract_request() -> None:
     assert isinstance(msg, DeregisterStep)
     assert (msg.node, msg.job_id, msg.step_id) == ("r2h2c2", 4294967295, 4294967292)
     # the contract's key order is free, but ok-first matters only for replies
-    assert line.startswith('{"schema_version":1,"op":"deregister"')
+    assert line.startswith('{"schema_version":2,"op":"deregister"')
 
 
 @pytest.mark.parametrize(
@@ -185,6 +185,37 @@ def test_cgroups_of_garbage_files(tmp_path: Path) -> None:
     cg.write_bytes(os.urandom(200_000))
     for line in run("cgroups", "5", str(cg)).stdout.splitlines():
         assert line.startswith("/sys/fs/cgroup/")
+
+
+def test_job_name_goes_on_the_line_for_the_application_key() -> None:
+    name = 'stream \u00fc "x"\\\t\x7f\U0001f600'  # quotes, backslash, control, non-ASCII
+    line = run("register", "n1", "7", str(BATCH_STEP), "1000", "slurm_script", "auto", "1", "-",
+               name).stdout  # fmt: skip
+    msg = RegistrationRequest.model_validate_json(line).root
+    assert isinstance(msg, RegisterStep) and msg.schema_version == 2
+    assert msg.job_name == name and msg.app == "slurm_script"
+    assert msg.application() == f"1000:{name}"
+    long = run("register", "n1", "7", "0", "1000", "-", "auto", "1", "-", "\u00e9" * 512).stdout
+    assert RegistrationRequest.model_validate_json(long).root.job_name == "\u00e9" * 512  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        b"\xff",
+        b"ok\xc3",
+        b"\xc0\xaf",
+        b"\xe0\x80\xaf",
+        b"\xed\xa0\x80",
+        b"\xf4\x90\x80\x80",
+        b"\x80x",
+        b"x" * 1025,
+    ],
+)
+def test_job_names_the_monitor_would_refuse_are_refused(name: bytes) -> None:
+    args = [b"register", b"n1", b"7", b"0", b"1000", b"-", b"auto", b"1", b"-", name]
+    cp = subprocess.run([bytes(DRIVER), *args], capture_output=True, timeout=30, check=False)
+    assert cp.returncode == 3 and cp.stdout == b""
 
 
 def test_app_key() -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from clavis_contracts import RegistrationRequest
 from clavis_monitor.agent import Agent
 from clavis_monitor.config import parse
 from clavis_monitor.metrics import Metric, serve
@@ -127,6 +128,9 @@ def test_the_agents_series_carry_what_it_measured(cgroups: CgroupSet, tmp_path: 
     })  # fmt: skip
     sender = Sender(cfg.clavisd, Spool(cfg.spool), SECRET)  # nothing listens: reports spool
     agent = Agent(cfg, sender, counters=recorded, recorded=True)
+    step = {"op": "register", "node": "m1", "job_id": 8, "step_id": 0, "pids": [os.getpid()],
+            "uid": 1000, "job_name": "lbm.sh", "class_hint": "devil"}  # fmt: skip
+    assert agent.registry.apply(RegistrationRequest.model_validate(step), time.time()) is None
     agent.sample_cpu()
     agent.sample_perf()
     time.sleep(0.2)
@@ -153,6 +157,12 @@ def test_the_agents_series_carry_what_it_measured(cgroups: CgroupSet, tmp_path: 
         k[0] == "clavis_monitor_container_intensity_mpki" and ("container", "m2") in k[1] for k in s
     )  # unsupported: absent, never a made-up value
     by_name = {c.name: c for c in report.containers}
+    assert (by_name["m1"].job, by_name["m1"].app, by_name["m1"].class_hint) == (
+        "8",
+        "1000:lbm.sh",
+        "devil",
+    )
+    assert (by_name["m2"].app, by_name["m2"].class_hint) == (None, None)
     for name in ("m1", "m2"):
         assert value(s, "clavis_monitor_container_busy_cores", container=name) == (
             by_name[name].busy_cores

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from clavis_monitor.registry import RegistrationServer, Registry
+from clavis_monitor.registry import NodeJob, RegistrationServer, Registry
 
 REG = {
     "op": "register",
@@ -57,7 +57,7 @@ def test_register_then_deregister(served: tuple[Path, Registry]) -> None:
     path, reg = served
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert talk(path, json.dumps(REG).encode() + b"\n") == (
-        b'{"ok":true,"error":null,"schema_version":1}\n'
+        b'{"ok":true,"error":null,"schema_version":2}\n'
     )
     # a second task of the same step adds its pid (idempotent, additive)
     again = dict(REG, pids=[1], class_hint="auto")
@@ -65,10 +65,21 @@ def test_register_then_deregister(served: tuple[Path, Registry]) -> None:
     (step,) = reg.steps()
     assert step.pids == {os.getpid(), 1} and step.class_hint == "devil"
     assert reg.node_jobs()["n3"].job == "42"
+    assert reg.node_jobs()["n3"].app is None  # no uid: no application key
     dereg = b'{"op":"deregister","node":"n3","job_id":42,"step_id":0}\n'
     assert talk(path, dereg).startswith(b'{"ok":true')
     assert reg.steps() == []
     assert talk(path, dereg).startswith(b'{"ok":true')  # unknown step: not an error
+
+
+def test_the_application_key_comes_from_uid_and_job_name(served: tuple[Path, Registry]) -> None:
+    path, reg = served
+    batch = dict(REG, step_id=4294967291, uid=1000, app="slurm_script", job_name="stream.sh")
+    assert talk(path, json.dumps(batch).encode() + b"\n").startswith(b'{"ok":true')
+    assert reg.node_jobs()["n3"].app == "1000:stream.sh"  # not the batch step's slurm_script
+    old = dict(REG, schema_version=1, job_id=43, uid=7, app="lbm")  # a v1 plugin: command name
+    assert talk(path, json.dumps(old).encode() + b"\n").startswith(b'{"ok":true')
+    assert reg.node_jobs()["n3"] == NodeJob("43", "7:lbm", "devil")
 
 
 @pytest.mark.parametrize(

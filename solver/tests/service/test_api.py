@@ -141,17 +141,17 @@ def test_application_memory_classifies_a_new_job_before_its_first_vote(
 ) -> None:
     t0 = time.time() - 60
     for i in range(7):
-        doc = report("h1", [container("n1", job="100", app="lbm", mpki=20.0)], ts=t0 + i)
+        doc = report("h1", [container("n1", job="100", app="1000:lbm", mpki=20.0)], ts=t0 + i)
         assert post_report(client, doc).status_code == 202
     # A new job of the same application on another node, with no counters at all.
-    doc = report("h2", [container("n2", job="101", app="lbm", mpki=None)], ts=t0 + 8)
+    doc = report("h2", [container("n2", job="101", app="1000:lbm", mpki=None)], ts=t0 + 8)
     assert post_report(client, doc).status_code == 202
     view = login(client, "vic")
     got = {c["name"]: c for c in client.get("/api/v1/containers", headers=view).json()}
     assert (got["n2"]["klass"], got["n2"]["class_source"]) == ("devil", "memory")
     jobs = {j["name"]: j["klass"] for j in client.get("/api/v1/jobs", headers=view).json()}
     assert jobs == {"100": "devil", "101": "devil"}
-    assert clavisd.store.app_classes() == {"lbm": "devil"}
+    assert clavisd.store.app_classes() == {"1000:lbm": "devil"}
     with clavisd.store.engine.connect() as conn:
         assert conn.execute(t.app_classes.select()).one().jobs_seen == 2  # jobs 100 and 101
 
