@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from clavis import cli_service
+from clavis import cli_generate, cli_service
 from clavis.cli_pareto import add_parsers
 from clavis.documents import (
     InputError,
@@ -218,6 +218,7 @@ def parser() -> argparse.ArgumentParser:
     c.set_defaults(func=cmd_schema)
     add_parsers(sub)
     cli_service.add_parsers(sub)
+    cli_generate.add_parsers(sub)
     return top
 
 
