@@ -95,12 +95,25 @@ def load_placement(path: Path) -> Placement:
     return load(Placement, path)
 
 
-def write_json_atomic(path: Path, payload: Any, indent: int | None = 2) -> None:
+def write_json_atomic(
+    path: Path,
+    payload: Any,
+    indent: int | None = 2,
+    *,
+    mode: int | None = None,
+    gid: int | None = None,
+) -> None:
     """Write to a temporary file beside ``path`` and rename: readers never see half a file.
-    ``indent=None``: compact, by the C encoder (files only programs read, written often)."""
+    ``indent=None``: compact, by the C encoder (files only programs read, written often).
+    ``mode``/``gid``: the file's mode and group, set before the rename, so no reader ever
+    sees the file with other permissions (default: mkstemp's 0600, the writer's group)."""
     path = path.resolve()
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        if gid is not None:
+            os.fchown(fd, -1, gid)
+        if mode is not None:
+            os.fchmod(fd, mode)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(json.dumps(payload, indent=indent, sort_keys=False))
             fh.write("\n")

@@ -51,13 +51,16 @@ def build(snap: Snapshot, now: float, valid_s: float) -> AdviceFile:
                       nodes=nodes)  # fmt: skip
 
 
-def publish(path: Path, advice: AdviceFile) -> None:
-    publish_document(path, advice.model_dump(mode="json"))
+def publish(path: Path, advice: AdviceFile, mode: int = 0o600, gid: int | None = None) -> None:
+    publish_document(path, advice.model_dump(mode="json"), mode=mode, gid=gid)
 
 
-def publish_document(path: Path, doc: dict[str, Any]) -> None:
+def publish_document(
+    path: Path, doc: dict[str, Any], mode: int = 0o600, gid: int | None = None
+) -> None:
     """Write an AdviceFile already dumped to JSON data (clavisd re-issues one unchanged
-    but for its time)."""
+    but for its time), with the configured mode and group (advice.mode, advice.group:
+    a slurmctld running as SlurmUser reads it through its group)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     # Compact: rewritten every few seconds and read by a C plugin, not by people.
-    write_json_atomic(path, doc, indent=None)
+    write_json_atomic(path, doc, indent=None, mode=mode, gid=gid)

@@ -4,6 +4,8 @@ problem is reported at once at load time."""
 
 from __future__ import annotations
 
+import grp
+import re
 import tomllib
 from pathlib import Path
 from typing import Annotated, Final, Literal
@@ -133,6 +135,56 @@ class AdviceConfig(_Section):
         default=Path("/run/clavis/advice.json"), description="Advice file for select_clavis."
     )
     valid_s: float = Field(default=180.0, gt=0, description="Readers ignore older advice.")
+    mode: str = Field(
+        default="0600",
+        description="Octal mode of the advice file, at most 0644 (no write or execute for "
+        'group or others), e.g. "0640" with `group` for a slurmctld that runs as SlurmUser.',
+    )
+    group: str = Field(
+        default="",
+        description="Group of the advice file (a name or a number; it must exist); empty: "
+        "clavisd's own group.",
+    )
+
+    @field_validator("mode")
+    @classmethod
+    def _octal_mode(cls, v: str) -> str:
+        if not re.fullmatch(r"0?[0-7]{3}", v):
+            raise ValueError(f'{v!r} is not an octal mode like "0640"')
+        if int(v, 8) & ~ADVICE_MAX_MODE:
+            raise ValueError(
+                f"{v!r} gives more than {ADVICE_MAX_MODE:04o}: nobody but clavisd may write "
+                "the advice, and nobody needs to execute it"
+            )
+        return v
+
+    @field_validator("group")
+    @classmethod
+    def _known_group(cls, v: str) -> str:
+        if v:
+            group_id(v)  # raises ValueError naming the group
+        return v
+
+    @property
+    def file_mode(self) -> int:
+        return int(self.mode, 8)
+
+    @property
+    def file_gid(self) -> int | None:
+        """The advice file's group id, or None to leave clavisd's own."""
+        return group_id(self.group) if self.group else None
+
+
+# The advice steers placements: only its writer may change it (docs/clavisd.md).
+ADVICE_MAX_MODE: Final = 0o644
+
+
+def group_id(group: str) -> int:
+    """A group name or number as a gid; ValueError when no such group exists."""
+    try:
+        return grp.getgrgid(int(group)).gr_gid if group.isdigit() else grp.getgrnam(group).gr_gid
+    except KeyError:
+        raise ValueError(f"no group {group!r} on this host") from None
 
 
 class Config(_Section):

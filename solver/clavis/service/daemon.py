@@ -174,7 +174,10 @@ class Clavisd:
                 )  # fmt: skip
             self._advice = (inputs, doc)
         generated = to_jsonable_python(dt.datetime.fromtimestamp(now, dt.UTC))
-        advice.publish_document(cfg.advice.path, {**self._advice[1], "generated": generated})
+        advice.publish_document(
+            cfg.advice.path, {**self._advice[1], "generated": generated},
+            mode=cfg.advice.file_mode, gid=cfg.advice.file_gid,
+        )  # fmt: skip
 
     def weights(self) -> tuple[Weights, Literal["calibrated", "configured"]]:
         doc = self.store.current_weights()
