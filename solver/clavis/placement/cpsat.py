@@ -28,7 +28,13 @@ from clavis.placement import fathom, racklns, rackmodel
 from clavis.placement.baselines import corerr, noderr
 from clavis.placement.hints import complete_hint
 from clavis.placement.result import PlacementResult, SolveOptions, Status, Stopwatch
-from clavis.placement.symmetry import Group, container_groups, host_types, pair_rates
+from clavis.placement.symmetry import (
+    Group,
+    container_groups,
+    host_types,
+    pair_rates,
+    residents,
+)
 
 LinExpr = cp_model.LinearExprT | float  # float terms appear only in the objective
 
@@ -243,20 +249,35 @@ def _traffic_plain(model: cp_model.CpModel, inst: Instance, v: CpVars) -> LinExp
 
 
 def _migration(model: cp_model.CpModel, inst: Instance, v: CpVars) -> LinExpr:
+    """Bytes moved: per group and current host, the residents' bytes minus those kept.
+
+    A host keeping ``s`` members of a group keeps at best its ``s`` largest residents,
+    and decode keeps exactly those (members are listed largest first). One boolean per
+    resident, largest first, says it stays; the ordering makes the true ones a prefix,
+    so kept bytes are exactly the prefix sum the evaluator sees (objectives.migration).
+    Booleans rather than one kept-bytes integer: CP-SAT scales a float objective to
+    integers, and a variable spanning 10^10 bytes cost it the precision to prove optima.
+    """
     if not inst.has_current:
         return cp_model.LinearExpr.constant(0)
     moved: list[LinExpr] = []
     for gi, g in enumerate(v.groups):
-        now: dict[int, int] = defaultdict(int)
-        for m in g.members:
-            h = inst.current[m]
-            if h is not None:
-                now[h] += 1
-        for hi, k in now.items():
-            stay = model.new_int_var(0, k, f"stay_{gi}_{hi}")
-            # Members stay only where the group keeps containers.
-            model.add(stay <= v.y[gi, hi])
-            moved.append(g.memory_bytes * (k - stay))
+        for hi, memories in residents(inst, g).items():
+            total = sum(memories)
+            if (gi, hi) not in v.y:
+                moved.append(cp_model.LinearExpr.constant(total))
+                continue
+            if len(set(memories)) == 1:
+                stay = model.new_int_var(0, len(memories), f"stay_{gi}_{hi}")
+                # Members stay only where the group keeps containers.
+                model.add(stay <= v.y[gi, hi])
+                moved.append(memories[0] * (len(memories) - stay))
+                continue
+            kept = [model.new_bool_var(f"stay_{gi}_{hi}_{j}") for j in range(len(memories))]
+            model.add(sum(kept) <= v.y[gi, hi])
+            for a, b in itertools.pairwise(kept):
+                model.add_implication(b, a)  # the largest residents stay first
+            moved.append(total - sum(m * k for m, k in zip(memories, kept, strict=True)))
     return sum(moved, start=cp_model.LinearExpr.constant(0))
 
 
@@ -332,7 +353,8 @@ def build_model(
 
 
 def decode(inst: Instance, v: CpVars, value: dict[tuple[int, int], int]) -> Assignment:
-    """Counts per (group, host) -> a host per container, keeping members where they are."""
+    """Counts per (group, host) -> a host per container, keeping members where they are
+    (largest first: the members' order, which _migration's kept bytes assume)."""
     out = [-1] * len(inst.containers)
     for gi, g in enumerate(v.groups):
         free = {hi: value.get((gi, hi), 0) for hi in range(len(inst.hosts))}

@@ -16,12 +16,11 @@ from clavis.instance import Instance
 
 @dataclass(frozen=True)
 class Group:
-    """Containers of one job that every objective treats alike."""
+    """Containers of one job that P, D and C treat alike; members largest memory first."""
 
     members: tuple[int, ...]
     job: int
     cores: int
-    memory_bytes: int
     devil: bool
 
     @property
@@ -52,19 +51,23 @@ def _is_uniform_inside(members: list[int], nbrs: list[dict[int, float]]) -> bool
 def container_groups(inst: Instance, aggregate: bool = True) -> list[Group]:
     """Partition containers into groups; singletons when ``aggregate`` is off.
 
-    Two containers are interchangeable when they share job, class, cores and memory,
-    exchange identical bytes/s with every container outside their group, and the
-    group's internal traffic is uniform. Swapping them then changes no objective (M
-    too: the members' memory is equal, so which one moves does not matter).
+    Two containers are interchangeable when they share job, class and cores, exchange
+    identical bytes/s with every container outside their group, and the group's
+    internal traffic is uniform. Swapping them then changes neither P, D nor C. Memory
+    is no part of the key (measured memories always differ, so keying on it would leave
+    real snapshots without groups): only M sees it, and only through which members stay
+    on their current host. Given how many members of a group a host keeps, M is least
+    when the ones that stay are the largest residents, so members are listed largest
+    memory first and every decoder keeps members in that order (``stay_bytes``).
     """
     n = len(inst.containers)
     if not aggregate:
         gid = list(range(n))
     else:
-        keys: dict[tuple[int, bool, int, int], int] = {}
+        keys: dict[tuple[int, bool, int], int] = {}
         gid = []
         for c in inst.containers:
-            gid.append(keys.setdefault((c.job, c.devil, c.cores, c.memory_bytes), len(keys)))
+            gid.append(keys.setdefault((c.job, c.devil, c.cores), len(keys)))
         nbrs = _neighbours(inst)
         # Refine until stable: splitting a group turns inside neighbours into outside ones.
         for _ in range(n + 1):
@@ -93,8 +96,25 @@ def container_groups(inst: Instance, aggregate: bool = True) -> list[Group]:
     groups = []
     for mem in sorted(grouped.values()):
         c = inst.containers[mem[0]]
-        groups.append(Group(tuple(mem), c.job, c.cores, c.memory_bytes, c.devil))
+        largest_first = sorted(mem, key=lambda m: (-inst.containers[m].memory_bytes, m))
+        groups.append(Group(tuple(largest_first), c.job, c.cores, c.devil))
     return groups
+
+
+def residents(inst: Instance, g: Group) -> dict[int, tuple[int, ...]]:
+    """Current host -> memory of the group's members there, largest first."""
+    out: dict[int, list[int]] = defaultdict(list)
+    for m in g.members:  # largest first already
+        h = inst.current[m]
+        if h is not None:
+            out[h].append(inst.containers[m].memory_bytes)
+    return {h: tuple(mem) for h, mem in out.items()}
+
+
+def stay_bytes(memories: tuple[int, ...], kept: int) -> int:
+    """Bytes that stay when a host keeps ``kept`` of residents with ``memories`` (largest
+    first): the largest ``kept`` of them, the most any choice of members can keep."""
+    return sum(memories[: max(0, kept)])
 
 
 def pair_rates(inst: Instance, groups: list[Group]) -> dict[tuple[int, int], float]:
@@ -118,12 +138,13 @@ def pair_rates(inst: Instance, groups: list[Group]) -> dict[tuple[int, int], flo
 
 
 def host_types(inst: Instance, groups: list[Group]) -> list[list[int]]:
-    """Hosts that are interchangeable: same specification, rack and current residents."""
+    """Hosts that are interchangeable: same specification, rack and current residents
+    (their groups and memories: members of one group differ in what moving them costs)."""
     group_of = {m: gi for gi, g in enumerate(groups) for m in g.members}
-    residents: list[list[int]] = [[] for _ in inst.hosts]
+    here: list[list[tuple[int, int]]] = [[] for _ in inst.hosts]
     for ci, where in enumerate(inst.current):
         if where is not None:
-            residents[where].append(group_of[ci])
+            here[where].append((group_of[ci], inst.containers[ci].memory_bytes))
     types: dict[tuple[object, ...], list[int]] = defaultdict(list)
     for hi, h in enumerate(inst.hosts):
         key = (
@@ -135,7 +156,7 @@ def host_types(inst: Instance, groups: list[Group]) -> list[list[int]]:
             h.slope_w,
             h.empty_w,
             h.state,
-            tuple(sorted(residents[hi])),
+            tuple(sorted(here[hi])),
         )
         types[key].append(hi)
     return list(types.values())
