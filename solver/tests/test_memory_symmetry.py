@@ -16,8 +16,9 @@ from ortools.sat.python import cp_model
 
 from clavis.instance import Instance, build_instance
 from clavis.model import Placement
-from clavis.objectives import Weights, evaluate, score
+from clavis.objectives import Weights, bounds, evaluate, score
 from clavis.placement import SolveOptions, place
+from clavis.placement import bound as rack
 from clavis.placement.cpsat import build_model, canonical, decode
 from clavis.placement.exact import feasible_assignments
 from clavis.placement.symmetry import container_groups, host_types
@@ -138,3 +139,23 @@ def test_model_objective_equals_the_evaluator_at_every_placement(seed: int) -> N
         f = score(inst, decoded, w).F
         assert pytest.approx(f, abs=1e-9) == solver.objective_value
         assert f <= score(inst, a, w).F + 1e-12
+
+
+def test_thousands_of_groups_neither_crash_nor_enumerate() -> None:
+    """A ring of 1,200 containers is 1,200 singleton groups: deeper than Python's
+    recursion limit. The rack problem is refused (too many patterns), not a crash."""
+    names = [f"r{i}" for i in range(1200)]
+    ring = [
+        {"src": names[i], "dst": names[(i + 1) % len(names)], "bytes_per_s": 1e6}
+        for i in range(len(names))
+    ]
+    jobs = [{"name": "ring", "containers": [container(n, 1) for n in names], "traffic": ring}]
+    inst = instance([host(f"h{i}", cores=8) for i in range(160)], jobs)
+    assert len(container_groups(inst)) == 1200
+    w = Weights(1, 1, 1)
+    assert rack.prepare(inst, w, bounds(inst)) is None
+    # A few groups still enumerate every pattern, the empty host first.
+    small = instance([host("h0", cores=4)], [_talking_job("a", 3, [GIB, 2 * GIB, 3 * GIB])])
+    pb = rack.prepare(small, w, bounds(small))
+    assert pb is not None
+    assert [p.counts for p in pb.patterns[0]] == [(0,), (1,), (2,)]

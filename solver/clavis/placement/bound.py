@@ -132,22 +132,32 @@ class _Node:
 
 
 def _patterns(groups: list[Group], hc: HostClass) -> list[Pattern] | None:
+    """Every count vector of groups that fits one host of ``hc``, the empty one first;
+    None beyond MAX_PATTERNS. Depth-first with an explicit stack: real snapshots have
+    thousands of groups (ring and stencil jobs are singletons), deeper than Python's
+    recursion limit."""
+    fits = [gi for gi, g in enumerate(groups) if g.cores <= hc.cores]
+    if len(fits) >= MAX_PATTERNS:  # each fitting group alone is a pattern already
+        return None
     out: list[Pattern] = []
-
-    def grow(gi: int, left: int, counts: list[int]) -> bool:
-        if gi == len(groups):
+    # (position in fits, cores left, counts so far as (group, count) pairs)
+    stack: list[tuple[int, int, tuple[tuple[int, int], ...]]] = [(0, hc.cores, ())]
+    while stack:
+        pos, left, chosen = stack.pop()
+        if pos == len(fits):
+            counts = [0] * len(groups)
+            for gi, k in chosen:
+                counts[gi] = k
             out.append(_pattern(groups, hc, tuple(counts)))
-            return len(out) <= MAX_PATTERNS
-        g = groups[gi]
-        for k in range(min(g.size, left // g.cores) + 1):
-            counts.append(k)
-            ok = grow(gi + 1, left - k * g.cores, counts)
-            counts.pop()
-            if not ok:
-                return False
-        return True
-
-    return out if grow(0, hc.cores, []) else None
+            if len(out) > MAX_PATTERNS:
+                return None
+            continue
+        g = groups[fits[pos]]
+        # Pushed largest count first, so that fewer members come out first (the
+        # all-zero pattern is number 0: _empty_columns relies on it).
+        for k in range(min(g.size, left // g.cores), -1, -1):
+            stack.append((pos + 1, left - k * g.cores, (*chosen, (fits[pos], k)) if k else chosen))
+    return out
 
 
 def _pattern(groups: list[Group], hc: HostClass, counts: tuple[int, ...]) -> Pattern:
