@@ -115,6 +115,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
     weights = _weights(args)
     if args.time_limit <= 0:
         raise InputError(f"--time-limit must be positive, got {args.time_limit}")
+    if args.memory_limit is not None and not args.memory_limit > 0:
+        raise InputError(f"--memory-limit must be positive (GiB), got {args.memory_limit}")
     out = Path(args.out) if args.out else None
     if out is not None and not out.resolve().parent.is_dir():
         raise InputError(f"--out: directory {out.resolve().parent} does not exist")
@@ -128,6 +130,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
         workers=args.workers,
         hint=hint,
         on_progress=ticker,
+        memory_limit=None if args.memory_limit is None else int(args.memory_limit * 2**30),
     )
     if not args.quiet:
         print(f"solving with {args.method}, time limit {args.time_limit:g} s", file=sys.stderr)
@@ -203,6 +206,13 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--time-limit", type=float, default=60.0, help="seconds (default 60)")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--workers", type=int, default=0, help="solver threads; 0 = all cores")
+    s.add_argument(
+        "--memory-limit",
+        type=float,
+        default=None,
+        metavar="GIB",
+        help="resident memory budget in GiB (default: 8, or 3/4 of RAM if less)",
+    )
     s.add_argument("--out", help="write the placement and its score here (JSON)")
     s.add_argument("--quiet", action="store_true", help="no progress on stderr")
     s.set_defaults(func=cmd_solve)

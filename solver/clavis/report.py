@@ -82,11 +82,12 @@ def score_table(s: Score, weights: Weights) -> str:
 
 def summary(result: PlacementResult) -> str:
     head = f"method {result.method}  status {result.status}  time {result.seconds:.2f} s"
+    notes = "".join(f"\nnote: {n}" for n in result.notes)
     if result.score is None:
-        return head + "  (no placement found)"
+        return head + "  (no placement found)" + notes
     parts = [head, f"F = {result.score.F:.6f}"]
     if result.bound is not None:
         parts.append(f"bound = {result.bound:.6f}")
     if result.gap is not None:
         parts.append(f"gap = {100 * result.gap:.2f}%")
-    return "  ".join(parts)
+    return "  ".join(parts) + notes

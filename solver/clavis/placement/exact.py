@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from clavis.instance import Assignment, Instance
 from clavis.objectives import Weights, bounds, score
-from clavis.placement.result import PlacementResult, SolveOptions, Stopwatch
+from clavis.placement.result import PlacementResult, SolveOptions, Stopwatch, TooLargeError
 
 MAX_LEAVES = 2_000_000
 
-
-class TooLargeError(ValueError):
-    """The instance has more placements than exact enumeration will visit."""
+__all__ = ["TooLargeError", "exact", "feasible_assignments"]
 
 
 def feasible_assignments(inst: Instance, max_leaves: int = MAX_LEAVES) -> list[Assignment]:

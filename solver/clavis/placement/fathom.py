@@ -13,8 +13,10 @@ CP-SAT.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterator
 
 from clavis.instance import Assignment, Instance
+from clavis.placement.guard import Guard
 
 
 def _order(inst: Instance) -> list[int]:
@@ -74,16 +76,39 @@ def isolating(inst: Instance, isolate: frozenset[int]) -> Assignment | None:
     return tuple(out)
 
 
-def candidates(inst: Instance) -> list[Assignment]:
-    """One greedy schedule per number of isolated devil jobs (largest devil jobs first)."""
+def sweep_order(n: int) -> list[int]:
+    """0..n, ends first, then midpoints of ever finer halvings: cut short anywhere, the
+    counts tried so far still spread over the whole range."""
+    out = [0, n] if n > 0 else [0]
+    seen = set(out)
+    spans = [(0, n)]
+    while spans:
+        finer = []
+        for lo, hi in spans:
+            if hi - lo < 2:
+                continue
+            mid = (lo + hi) // 2
+            if mid not in seen:
+                seen.add(mid)
+                out.append(mid)
+            finer += [(lo, mid), (mid, hi)]
+        spans = finer
+    return out
+
+
+def candidates(inst: Instance, guard: Guard | None = None) -> Iterator[Assignment]:
+    """One greedy schedule per number of isolated devil jobs (largest devil jobs first),
+    the counts in sweep order; with a ``guard``, none are started after its deadline
+    (each costs a pass over every container and host: at 16,384 hosts and a thousand
+    devil jobs the full sweep would take minutes)."""
     devil_cores: dict[int, int] = {}
     for c in inst.containers:
         if c.devil:
             devil_cores[c.job] = devil_cores.get(c.job, 0) + c.cores
     ranked = sorted(devil_cores, key=lambda j: -devil_cores[j])
-    out = []
-    for n in range(len(ranked) + 1):
+    for n in sweep_order(len(ranked)):
+        if guard is not None and guard.expired:
+            return
         a = isolating(inst, frozenset(ranked[:n]))
         if a is not None:
-            out.append(a)
-    return out
+            yield a

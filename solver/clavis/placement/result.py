@@ -14,6 +14,11 @@ from clavis.objectives import Score
 Status = Literal["OPTIMAL", "FEASIBLE", "INFEASIBLE", "UNKNOWN", "MODEL_INVALID"]
 
 
+class TooLargeError(ValueError):
+    """The method cannot handle an instance this large within its limits; said at once,
+    before any work (the CLI exits 2 with the message)."""
+
+
 @dataclass(frozen=True)
 class Progress:
     """An improvement seen during a solve: elapsed seconds, F so far, proven bound."""
@@ -33,12 +38,16 @@ class SolveOptions:
     # Reproducible answers: one CP-SAT worker and a deterministic time budget
     # (time_limit read as CP-SAT deterministic seconds), so a seed fixes the result.
     deterministic: bool = False
+    # Most resident memory the solve may use, in bytes; None: guard.default_memory_budget.
+    memory_limit: int | None = None
 
     def __post_init__(self) -> None:
         if not self.time_limit > 0:
             raise ValueError(f"time limit must be positive, got {self.time_limit}")
         if self.workers < 0:
             raise ValueError(f"workers must be >= 0, got {self.workers}")
+        if self.memory_limit is not None and self.memory_limit <= 0:
+            raise ValueError(f"memory limit must be positive, got {self.memory_limit}")
 
     @property
     def threads(self) -> int:
@@ -54,6 +63,8 @@ class PlacementResult:
     bound: float | None  # proven lower bound on F, when the method proves one
     seconds: float
     trajectory: tuple[Progress, ...] = field(default=())
+    # Why a turn of the solve was skipped or cut short (time, memory, model size).
+    notes: tuple[str, ...] = field(default=())
 
     @property
     def gap(self) -> float | None:
