@@ -20,6 +20,7 @@ from clavis.placement.guard import Guard, OutOfMemoryError, OutOfTimeError, Watc
 from clavis.placement.perhost import build_model
 from clavis.placement.result import TooLargeError
 from clavis.placement.symmetry import container_groups
+from clavis.realistic import RealisticSpec, generate
 from clavis.synthetic import table53_instance
 
 W = Weights(3, 10, 2)
@@ -72,8 +73,14 @@ def _watch(opts: SolveOptions) -> cpsat.Stopwatch:
     return cpsat.Stopwatch(opts)
 
 
+def _realistic(hosts: int) -> Instance:
+    """Ring, stencil and master-worker jobs: their containers are singleton groups."""
+    cluster, workload, current = generate(RealisticSpec(hosts=hosts, seed=1)).models()
+    return build_instance(cluster, workload, current)
+
+
 def test_model_too_large_for_the_limit_answers_with_the_warm_start_and_says_why() -> None:
-    inst = _distinct(32, 256)
+    inst = _realistic(256)
     groups = container_groups(inst)
     size = estimate.per_host_size(inst, groups)
     opts = SolveOptions(time_limit=0.5, seed=0, workers=1)
@@ -87,7 +94,7 @@ def test_model_too_large_for_the_limit_answers_with_the_warm_start_and_says_why(
 
 
 def test_plain_refuses_at_once_what_it_cannot_build_in_time() -> None:
-    inst = _distinct(128, 1024)
+    inst = _realistic(1024)
     with pytest.raises(TooLargeError, match=r"plain model .* use --method cpsat"):
         place("plain", inst, W, SolveOptions(time_limit=10, workers=1))
     # ... and by memory: a 1 MiB budget holds no model.
