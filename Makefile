@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 include deploy/testbed/testbed.mk
 
 .PHONY: demo test lint typecheck unit bench-solver bench-pareto bench-ingest schemas clean \
-	postgres-install monitor-install bench-monitor bench-testbed slurm-plugin
+	bench-realistic bench-realistic-quick postgres-install monitor-install bench-monitor bench-testbed slurm-plugin
 
 $(STAMP): solver/requirements.lock solver/pyproject.toml contracts/pyproject.toml monitor/pyproject.toml \
 	    deploy/bootstrap/python.sh
@@ -30,7 +30,8 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 
 typecheck: $(STAMP)
-	$(VENV)/bin/mypy solver/clavis contracts/clavis_contracts bench/report.py bench/solver/solver_bench.py bench/pareto/pareto_bench.py \
+	$(VENV)/bin/mypy solver/clavis contracts/clavis_contracts bench/report.py bench/solver/solver_bench.py bench/solver/realistic_bench.py \
+	    bench/pareto/pareto_bench.py \
 	    bench/ingest/ingest_bench.py bench/monitor/monitor_bench.py bench/testbed/testbed_bench.py \
 	    monitor/clavis_monitor
 
@@ -50,6 +51,14 @@ monitor-install:
 # PostgreSQL server binaries for the store tests (they start a private cluster)
 postgres-install:
 	bash deploy/bootstrap/postgres.sh
+
+# The main solver benchmark (issue 12): `clavis solve` on realistic snapshots, timed runs
+# under the machine's benchmark lock. Full: about 30 minutes; quick: about 5.
+bench-realistic: $(STAMP)
+	flock /tmp/clavis-bench.lock $(PY) bench/solver/realistic_bench.py
+
+bench-realistic-quick: $(STAMP)
+	flock /tmp/clavis-bench.lock $(PY) bench/solver/realistic_bench.py --quick
 
 bench-solver: $(STAMP)
 	$(PY) bench/solver/solver_bench.py
