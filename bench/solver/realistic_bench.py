@@ -330,12 +330,13 @@ def _cell(v: object, pct: bool = False) -> str:
 
 def markdown(rows: list[dict[str, object]], info: dict[str, object], config: dict[str, object],
              elapsed: float) -> str:  # fmt: skip
-    quick = " --quick" if config.get("quick") else ""
+    quick = config.get("quick")
+    target, flag = ("bench-realistic-quick", " --quick") if quick else ("bench-realistic", "")
     lines = [
         "## Solver on realistic snapshots (issue 12; the main solver benchmark)",
         "",
-        f"{describe(info)} Command: `make bench-realistic` (`python "
-        f"bench/solver/realistic_bench.py{quick}`), {elapsed / 60:.0f} min; raw runs in "
+        f"{describe(info)} Command: `make {target}` (`python "
+        f"bench/solver/realistic_bench.py{flag}`), {elapsed / 60:.0f} min; raw runs in "
         f"`{config['out_name']}`.",
         "",
         "Instances from `clavis.realistic` (four containers per host; seeds are the "
@@ -358,7 +359,7 @@ def markdown(rows: list[dict[str, object]], info: dict[str, object], config: dic
             f"{_cell(r['own_gap_max'], True)} | {_cell(r['gap_to_best_bound_median'], True)} / "
             f"{_cell(r['gap_to_best_bound_max'], True)} | {_cell(r['excess_removed_median'], True)}"
             f" / {_cell(r['excess_removed_min'], True)} | {r['within_1pct_of_best']} | "
-            f"{_cell(r['peak_rss_mib_max'])} |"
+            f"{r['peak_rss_mib_max']:.0f} |"
         )
     failed = [(r["group"], r["method"], r["limit_s"], r["statuses"], r["messages"]) for r in rows
               if r["answered"] != r["runs"]]  # fmt: skip
