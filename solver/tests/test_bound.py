@@ -75,7 +75,7 @@ def test_rack_model_round_trip_keeps_every_objective() -> None:
     cluster, workload = table53_instance(seed=3, max_containers=16, hosts=128)
     inst = build_instance(cluster, workload)
     pb = rack.prepare(inst, Weights(1, 1, 1), bounds(inst))
-    assert pb is not None and rackmodel.applicable(inst)
+    assert pb is not None and not rackmodel.needs_exact(inst)
     for a in (corerr(inst), noderr(inst)):
         assert a is not None
         counts = rackmodel.hint_counts(pb, a)
@@ -93,18 +93,18 @@ def test_table53_instance_is_proven_optimal() -> None:
     assert got.gap <= 1e-4
     assert got.score is not None and got.assignment is not None
     assert violations(inst, got.assignment) == []
-    # The per-host formulation (with a current placement the rack model does not apply)
-    # proves far less in the same time: this is what the rack bound adds.
+    # The per-host formulation proves far less in the same time: this is what the rack
+    # bound adds.
     assert got.bound is not None and got.bound >= 0.99 * got.score.F
 
 
-def test_rack_model_is_not_used_with_a_current_placement_or_drained_hosts() -> None:
+def test_rack_model_needs_the_exact_problem_with_a_current_placement_or_drained_hosts() -> None:
     hosts = [host("h1"), host("h2")]
     jobs = [{"name": "j", "containers": [container("a"), container("b")]}]
-    assert rackmodel.applicable(instance(hosts, jobs))
-    assert not rackmodel.applicable(instance(hosts, jobs, current={"a": "h1"}))
+    assert not rackmodel.needs_exact(instance(hosts, jobs))
+    assert rackmodel.needs_exact(instance(hosts, jobs, current={"a": "h1"}))
     drained = [host("h1"), {**host("h2"), "state": "drain"}]
-    assert not rackmodel.applicable(instance(drained, jobs))
+    assert rackmodel.needs_exact(instance(drained, jobs))
 
 
 def test_too_many_patterns_means_no_bound() -> None:

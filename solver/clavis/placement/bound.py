@@ -26,7 +26,8 @@ This module makes the joint estimate exact in its linear relaxation:
   not sit on a contended host). Undecided jobs may contend for free, which relaxes.
 
 Migration cost is left out (M >= 0, so the bound stays valid); drained hosts are
-treated as up (a larger feasible set, so a valid bound). Instances whose hosts admit too
+treated as up (a larger feasible set, so a valid bound). ``prepare(..., exact=True)``
+keeps both, for the rack search and model with a current placement. Instances whose hosts admit too
 many patterns (small containers, many groups) get no bound from here.
 """
 
@@ -49,7 +50,7 @@ from scipy.sparse import lil_matrix
 
 from clavis.instance import Assignment, Instance
 from clavis.objectives import Bounds, Weights, score, violations
-from clavis.placement.symmetry import Group, container_groups, pair_rates
+from clavis.placement.symmetry import Group, container_groups, pair_rates, residents, stay_bytes
 
 MAX_PATTERNS = 4000  # per host class; beyond this the enumeration costs more than it proves
 GRID_TOTAL = 2.0**52  # pricing objectives stay below this on their integer grid (_price)
@@ -63,13 +64,32 @@ DIVES = 4  # branches of the bound that a dive starts from (the lowest bounds fi
 
 @dataclass(frozen=True)
 class HostClass:
-    """Hosts that every objective treats alike, wherever they are."""
+    """Hosts that every objective treats alike, wherever they are.
+
+    In an exact problem (``prepare(..., exact=True)``) a host with current residents or
+    a drained host is a class of its own kind: M depends on what it keeps of its
+    residents, and a drained host may keep them but take no one else.
+    """
 
     cores: int
     tolerance: int
     idle_w: float
     slope_w: float
     empty_w: float
+    residents: tuple[tuple[int, tuple[int, ...]], ...] = ()  # group -> memories, largest first
+    drained: bool = False
+
+    def moved(self, counts: tuple[int, ...]) -> int:
+        """Bytes of residents that leave when the host runs ``counts`` (the largest stay:
+        symmetry.stay_bytes, as every decoder keeps them)."""
+        return sum(sum(mems) - stay_bytes(mems, counts[gi]) for gi, mems in self.residents)
+
+    def admits(self, counts: tuple[int, ...]) -> bool:
+        """A drained host keeps some of its residents and takes no one else."""
+        if not self.drained:
+            return True
+        most = {gi: len(mems) for gi, mems in self.residents}
+        return all(k <= most.get(gi, 0) for gi, k in enumerate(counts) if k)
 
 
 @dataclass(frozen=True)
@@ -100,6 +120,7 @@ class RackProblem:
     racks_of_type: list[list[int]]  # per rack type: its racks (indices into racks)
     racks: list[Counter[int]] = field(default_factory=list)  # per rack: class -> host count
     rack_hosts: list[dict[int, list[int]]] = field(default_factory=list)  # class -> hosts
+    k_m: float = 0.0  # weight of M per byte; 0 in the bound's relaxation (M >= 0 left out)
 
 
 @dataclass(frozen=True)
@@ -179,11 +200,24 @@ def _pairs(counts: tuple[int, ...], g1: int, g2: int) -> int:
     return counts[g1] * counts[g2]
 
 
-def prepare(inst: Instance, weights: Weights, limits: Bounds) -> RackProblem | None:
+def prepare(
+    inst: Instance, weights: Weights, limits: Bounds, *, exact: bool = False
+) -> RackProblem | None:
     """The instance as groups, host classes and rack types; None when a host class admits
-    more than MAX_PATTERNS patterns (the bound does not apply)."""
+    more than MAX_PATTERNS patterns (the bound does not apply).
+
+    By default M is left out and drained hosts count as up: a relaxation, valid for the
+    bound. ``exact`` keeps both (HostClass.residents and .drained), so that F of every
+    rack configuration is the evaluator's, M included: the rack search's problem when
+    there is a current placement or a drained host.
+    """
     groups = container_groups(inst, aggregate=True)
-    (k_p, k_d, k_c, _k_m), offset = limits.linear(weights)
+    (k_p, k_d, k_c, k_m), offset = limits.linear(weights)
+    here: dict[int, list[tuple[int, tuple[int, ...]]]] = defaultdict(list)
+    if exact:
+        for gi, g in enumerate(groups):
+            for hi, mems in residents(inst, g).items():
+                here[hi].append((gi, mems))
     class_of: dict[HostClass, int] = {}
     racks: dict[int, Counter[int]] = defaultdict(Counter)
     members: dict[int, dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
@@ -192,17 +226,31 @@ def prepare(inst: Instance, weights: Weights, limits: Bounds) -> RackProblem | N
         if h.state == "down":  # never runs anything: its empty watts are a constant
             constant += k_p * h.empty_w
             continue
-        hc = HostClass(h.cores, h.devil_tolerance, h.idle_w, h.slope_w, h.empty_w)
+        hc = HostClass(
+            h.cores,
+            h.devil_tolerance,
+            h.idle_w,
+            h.slope_w,
+            h.empty_w,
+            tuple(here[hi]),
+            exact and h.state == "drain",
+        )
         ci = class_of.setdefault(hc, len(class_of))
         racks[h.rack][ci] += 1
         members[h.rack][ci].append(hi)
     classes = list(class_of)
     patterns = []
+    # Patterns depend on the specification alone: classes that differ only in residents
+    # share one list (a drained host's is the part of it that it admits).
+    made: dict[HostClass, list[Pattern] | None] = {}
     for hc in classes:
-        pats = _patterns(groups, hc)
+        spec = dataclasses.replace(hc, residents=(), drained=False)
+        if spec not in made:
+            made[spec] = _patterns(groups, spec)
+        pats = made[spec]
         if pats is None:
             return None
-        patterns.append(pats)
+        patterns.append([p for p in pats if hc.admits(p.counts)] if hc.drained else pats)
     kinds = Counter(tuple(sorted(c.items())) for c in racks.values())
     kind_index = {k: i for i, k in enumerate(kinds)}
     racks_of_type: list[list[int]] = [[] for _ in kinds]
@@ -238,6 +286,7 @@ def prepare(inst: Instance, weights: Weights, limits: Bounds) -> RackProblem | N
         racks_of_type=racks_of_type,
         racks=list(racks.values()),
         rack_hosts=[dict(members[r]) for r in racks],
+        k_m=k_m if exact else 0.0,
     )
 
 
@@ -294,7 +343,8 @@ def host_cost(pb: RackProblem, ci: int, p: Pattern) -> float:
     hc = pb.classes[ci]
     watts = hc.empty_w if p.cores == 0 else hc.idle_w + hc.slope_w * p.cores
     kept = sum(w * _pairs(p.counts, g1, g2) for (g1, g2), w in pb.rates.items())
-    return pb.k_p * watts - pb.k_c * pb.same_host_cost * kept
+    moved = hc.moved(p.counts) if hc.residents and pb.k_m else 0
+    return pb.k_p * watts - pb.k_c * pb.same_host_cost * kept + pb.k_m * moved
 
 
 def rack_cost(pb: RackProblem, counts: tuple[int, ...]) -> float:

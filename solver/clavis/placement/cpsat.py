@@ -54,6 +54,15 @@ PROBE_SHARE = 0.05
 SEARCH_SHARE = 0.7
 BOUND_END_SHARE = 0.92
 SEARCH_AGAIN_END_SHARE = 0.98
+# With a current placement or drained hosts each search step is a larger model (every
+# occupied host a class of its own) and the search rarely settles by itself, so its first
+# turn ends earlier to leave the bound its time (at 1,024 hosts and 10 s the bound proved
+# nothing from 70 %).
+SEARCH_SHARE_EXACT = 0.35
+# Configuration variables beyond which the rack model's CP-SAT turn is skipped: with a
+# current placement every occupied host is a class of its own (rackmodel.py), and at
+# 1,024 hosts building that model takes longer than its 5 % turn.
+PROBE_MAX_VARS = 40_000
 # The warm start's greedy sweep ends by this share of the budget (it is cut short only
 # on very large instances: a candidate costs a pass over every container).
 WARM_SHARE = 0.2
@@ -234,6 +243,7 @@ def _search_then_bound(
     options: SolveOptions,
     racks: rack.RackProblem,
     *,
+    relaxed: rack.RackProblem,
     limits: Bounds,
     hint: Assignment,
     start: Score,
@@ -241,7 +251,8 @@ def _search_then_bound(
 ) -> tuple[rack.BoundResult, Assignment, Score]:
     """The rack search from the warm start, the rack bound (with its dives) against what
     it found, and the rack search again with the time the bound left. Returns the bound
-    and the best placement, with its score."""
+    and the best placement, with its score. The search works on ``racks`` (exact, M
+    included), the bound on ``relaxed`` (M left out, drained hosts up: still valid)."""
 
     def search(hint: Assignment, start: Score, until: float) -> tuple[Assignment, Score]:
         def offer(a: Assignment) -> None:
@@ -257,9 +268,10 @@ def _search_then_bound(
                 return better, got
         return hint, start
 
-    hint, start = search(hint, start, SEARCH_SHARE)
+    first = SEARCH_SHARE_EXACT if racks is not relaxed else SEARCH_SHARE
+    hint, start = search(hint, start, first)
     early = rack.rack_bound(
-        racks,
+        relaxed,
         inst,
         weights=weights,
         limits=limits,
@@ -281,6 +293,7 @@ def _solve_racks(
     options: SolveOptions,
     racks: rack.RackProblem,
     *,
+    relaxed: rack.RackProblem,
     limits: Bounds,
     hint: Assignment | None,
     start: Score | None,
@@ -292,16 +305,27 @@ def _solve_racks(
     if options.deterministic or hint is None or start is None:
         out = _run_racks(inst, options, racks, hint=hint, watch=watch, budget=options.time_limit)
         return out, None, hint, start
-    probe = options.time_limit * PROBE_SHARE
-    out = _run_racks(inst, options, racks, hint=hint, watch=watch, budget=probe)
-    if out.status == "OPTIMAL":
-        return out, None, hint, start
+    if rackmodel.size(racks) <= PROBE_MAX_VARS:
+        probe = options.time_limit * PROBE_SHARE
+        out = _run_racks(inst, options, racks, hint=hint, watch=watch, budget=probe)
+        if out.status == "OPTIMAL":
+            return out, None, hint, start
+    else:
+        out = _Outcome("FEASIBLE", None, None)
     if out.assignment is not None:
         found = score(inst, out.assignment, weights, limits)
         if found.F < start.F:
             hint, start = out.assignment, found
     early, hint, start = _search_then_bound(
-        inst, weights, options, racks, limits=limits, hint=hint, start=start, watch=watch
+        inst,
+        weights,
+        options,
+        racks,
+        relaxed=relaxed,
+        limits=limits,
+        hint=hint,
+        start=start,
+        watch=watch,
     )
     return _Outcome("FEASIBLE", hint, out.bound), early, hint, start
 
@@ -342,15 +366,27 @@ def solve(
     if start is not None:
         watch.offer(start.F)
     racks = rack.prepare(inst, weights, limits) if symmetric else None
+    # F itself as rack configurations (M and drained hosts kept) for the rack turns.
+    exact = racks
+    if racks is not None and rackmodel.needs_exact(inst):
+        exact = rack.prepare(inst, weights, limits, exact=True)
     # The rack-configuration bound proves what CP-SAT's relaxation cannot on large
     # instances. With the rack model it takes a turn among others (_solve_racks), with the
     # per-host model it gets the end of the budget. Deterministic solves skip it (it runs
     # on the wall clock).
     proving = racks is not None and not options.deterministic
     early: rack.BoundResult | None = None
-    if racks is not None and rackmodel.applicable(inst):
+    if racks is not None and exact is not None:
         out, early, hint, start = _solve_racks(
-            inst, weights, options, racks, limits=limits, hint=hint, start=start, watch=watch
+            inst,
+            weights,
+            options,
+            exact,
+            relaxed=racks,
+            limits=limits,
+            hint=hint,
+            start=start,
+            watch=watch,
         )
     else:
         share = RACK_SHARE_AFTER_CPSAT if proving else 1.0

@@ -37,7 +37,11 @@ from clavis.placement.hints import complete_hint
 Uses = dict[tuple[int, int], int]  # (class, pattern) -> hosts of one rack running it
 
 JOB_RACKS = 4  # most racks a job neighbourhood frees besides the extra and the spare
-SUB_SECONDS = 0.5  # most one neighbourhood's CP-SAT solve may take
+SUB_SECONDS = 0.5  # most one neighbourhood's CP-SAT solve may take, per SUB_VARS
+# Configuration variables per SUB_SECONDS. With a current placement each occupied host
+# is a class of its own (rackmodel.py), so two racks of 32 hosts are ~1,800 variables
+# instead of ~100, and 0.5 s ended every such solve at its hint (measured, 96 hosts).
+SUB_VARS = 800
 MAX_TRIES = 100_000  # neighbourhoods per call at most, whatever the time limit
 MAX_REPEATS = 2_000  # draws in a row of neighbourhoods known to fail: a local optimum
 SIGNIFICANT = 1e-4  # an improvement of F that resets the patience (F spans about 1)
@@ -119,6 +123,7 @@ def _reseat(s: Search, racks: list[int], seconds: float, seed: int) -> list[Uses
     big = max(range(len(sizes)), key=lambda gi: sizes[gi])
     racks = sorted(racks, key=lambda r: -counts[r][big])
     model, v = rackmodel.build_rack_model(_sub_problem(s, racks, sizes))
+    seconds = min(seconds, SUB_SECONDS * max(1.0, len(v.x) / SUB_VARS))
     elsewhere = set().union(*(s.contended(r) for r in range(len(s.uses)) if r not in racks))
     for job, lagging in v.lagging.items():
         if job in elsewhere:  # charged by another rack whatever happens here
@@ -184,7 +189,7 @@ def improve(
             repeats += 1
             continue
         repeats = 0
-        new = _reseat(s, racks, min(SUB_SECONDS, left), rng.randrange(2**31))
+        new = _reseat(s, racks, left, rng.randrange(2**31))
         idle += 1
         if new is None:
             failed[tuple(racks)] = state

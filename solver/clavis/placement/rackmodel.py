@@ -7,9 +7,11 @@ number of hosts of each (rack, class) that run each pattern (bound.py). On the T
 instances this is ~1,400 integers for 1,024 hosts instead of ~8,000 per-host counts
 and their auxiliaries, and power, shared caches and same-host traffic are linear in it.
 
-The model is exact only without a current placement (M would need each occupied host
-to be its own class) and without drained hosts; cpsat.solve uses the per-host model
-otherwise.
+With a current placement or drained hosts, the problem must be prepared exact
+(``bound.prepare(..., exact=True)``): each host with residents, and each drained host, is
+a class of its own, whose cost per pattern adds what it moves of its residents (M is a
+sum over current hosts of the bytes each does not keep) and whose patterns keep a
+drained host to its residents. Empty hosts stay aggregated.
 """
 
 from __future__ import annotations
@@ -31,8 +33,30 @@ class RackVars:
     lagging: dict[int, cp_model.IntVar]  # job -> its devils contend somewhere
 
 
-def applicable(inst: Instance) -> bool:
-    return not inst.has_current and all(h.state != "drain" for h in inst.hosts)
+def needs_exact(inst: Instance) -> bool:
+    """The relaxed rack problem (bound.prepare's default) is not F itself here."""
+    return inst.has_current or any(h.state == "drain" for h in inst.hosts)
+
+
+def size(pb: RackProblem) -> int:
+    """Configuration variables of the whole rack model."""
+    return sum(len(pb.patterns[ci]) for rack in pb.racks for ci in rack)
+
+
+def _usable(pb: RackProblem) -> dict[int, list[int]]:
+    """Per class, the patterns worth a variable: those of groups with members to seat
+    (a sub-problem of the rack search holds a few groups only)."""
+    absent = [gi for gi, g in enumerate(pb.groups) if g.size == 0]
+    out: dict[int, list[int]] = {}
+    by_list: dict[int, list[int]] = {}
+    for ci in {ci for rack in pb.racks for ci in rack}:
+        pats = pb.patterns[ci]
+        if id(pats) not in by_list:  # classes of one specification share their list
+            by_list[id(pats)] = [
+                pi for pi, p in enumerate(pats) if not any(p.counts[gi] for gi in absent)
+            ]
+        out[ci] = by_list[id(pats)]
+    return out
 
 
 def _ub(v: cp_model.IntVar) -> int:
@@ -49,11 +73,13 @@ def build_rack_model(pb: RackProblem) -> tuple[cp_model.CpModel, RackVars]:
     v = RackVars(x={}, n={}, lagging={})
     v.lagging = {j: model.new_bool_var(f"lagging_{j}") for j in sorted(pb.devil_cores)}
     objective: list[cp_model.LinearExprT] = []
+    usable = _usable(pb)
     for r, rack in enumerate(pb.racks):
         members: dict[int, list[tuple[int, cp_model.IntVar]]] = defaultdict(list)
         for ci, hosts in rack.items():
             here = []
-            for pi, p in enumerate(pb.patterns[ci]):
+            for pi in usable[ci]:
+                p = pb.patterns[ci][pi]
                 x = model.new_int_var(0, hosts, f"x_{r}_{ci}_{pi}")
                 v.x[r, ci, pi] = x
                 here.append(x)
