@@ -6,8 +6,9 @@ writes the store itself: clavisd is its only writer. A dry run (the default) pri
 plan and stores nothing; ``--apply`` stores the plan and starts it.
 
 Exit codes: 0 done (a plan printed or started, or nothing worth moving), 1 the plan could not be
-started (no migrator agent answered; the plan stays pending) or no solution, 2 bad
-input or clavisd unreachable.
+started (no migrator agent answered; the plan stays pending), no solution, or with
+``--apply`` a plan whose runnable moves gain too little because others are deferred
+(decision ``deferred``; nothing stored), 2 bad input or clavisd unreachable.
 """
 
 from __future__ import annotations
@@ -39,6 +40,27 @@ def _plan_table(title: str, steps: list[dict[str, Any]]) -> str:
     return "\n".join(rows)
 
 
+def _deferred_table(moves: list[dict[str, Any]]) -> str:
+    """Moves of the solver's placement that are not run (the containers stay)."""
+    rows = [f"deferred: {len(moves)} moves not run (no host has room to stage them; the "
+            "containers stay where they are)",
+            f"{'':>9}  {'container':<20} {'from':<12} {'to':<12} {'cores':>5} "
+            f"{'memory GiB':>10}"]  # fmt: skip
+    for m in moves:
+        rows.append(f"{'':>9}  {m['container']:<20} {m['source']:<12} {m['target']:<12} "
+                    f"{m['cores']:>5} {m['memory_bytes'] / 2**30:>10.2f}")  # fmt: skip
+    return "\n".join(rows)
+
+
+def _f_line(doc: dict[str, Any]) -> str:
+    """F before and after the steps, and the solver's F when deferred moves differ."""
+    line = f"F {doc['f_current']:.6f} -> {doc['f_target']:.6f}"
+    solver = doc.get("f_solver", doc.get("summary", {}).get("f_solver"))
+    if doc.get("deferred") and solver is not None:
+        line += f" (the solver's placement, with the deferred moves: {solver:.6f})"
+    return line
+
+
 def cmd_repack(args: argparse.Namespace) -> int:
     try:
         config = load_config(Path(args.config))
@@ -60,15 +82,23 @@ def cmd_repack(args: argparse.Namespace) -> int:
     print(f"decision: {out['decision']}  {out['message']}")
     proposal, plan = out.get("proposal"), out.get("plan")
     if proposal is not None:
-        print(_plan_table(f"dry-run plan (not stored)  F {proposal['f_current']:.6f} -> "
-                          f"{proposal['f_target']:.6f}", proposal["steps"]))  # fmt: skip
+        deferred = out["decision"] == "deferred"
+        title = "plan (not stored: too little can run)" if deferred else "dry-run plan (not stored)"
+        print(_plan_table(f"{title}  {_f_line(proposal)}", proposal["steps"]))
+        if proposal["deferred"]:
+            print(_deferred_table(proposal["deferred"]))
+        if deferred:
+            print("nothing stored, nothing moved: the moves that can run gain too little")
+            return 1 if args.apply else 0
         print("dry run: nothing stored, nothing moved (`clavis repack --apply` plans again "
               "and starts the plan)")  # fmt: skip
         return 0
     if plan is None:
         return 1 if out["decision"] == "no-solution" else 0
-    print(_plan_table(f"plan {plan['id']}  state {plan['state']}  F {plan['f_current']:.6f} "
-                      f"-> {plan['f_target']:.6f}", plan["steps"]))  # fmt: skip
+    print(_plan_table(f"plan {plan['id']}  state {plan['state']}  {_f_line(plan)}",
+                      plan["steps"]))  # fmt: skip
+    if plan["deferred"]:
+        print(_deferred_table(plan["deferred"]))
     if plan["state"] == "pending":
         print(f"clavis: error: plan {plan['id']} not started: {plan['message']}", file=sys.stderr)
         return 1

@@ -1,8 +1,11 @@
-"""The advice file for select_clavis.so: per Slurm node its host, rack and contention.
+"""The advice file for select_clavis.so: per Slurm node its host, rack, contention and
+class.
 
 Written with an atomic rename, so the plugin reads the old file or the new one, never
 half of one. Contention per host follows D's definition (docs/objectives.md) through the
-one evaluator; a host without a recent report is "unknown".
+one evaluator; a host without a recent report is "unknown", and so is a host without
+devils that holds a container of unknown class (nothing measured, no hint, no memory):
+"devil-free" is said only of hosts whose every container is known not to be a devil.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ def build(snap: Snapshot, now: float, valid_s: float) -> AdviceFile:
     racks = {h.name: h.rack for h in snap.cluster.hosts}
     stale = {h.name for h in snap.cluster.hosts if h.state != "up"}
     state: dict[str, Contention] = {}
-    classes: dict[str, Literal["devil", "turtle"]] = {}
+    classes: dict[str, Literal["devil", "turtle", "unknown"]] = {}
     if snap.workload is not None:
         try:
             inst = build_instance(snap.cluster, snap.workload, snap.current, "current placement")
@@ -34,10 +37,12 @@ def build(snap: Snapshot, now: float, valid_s: float) -> AdviceFile:
             hot = contended_hosts(inst, current)
             has_devil = {inst.hosts[h].name for c, h in zip(inst.containers, current, strict=True)
                          if c.devil}  # fmt: skip
+            has_unknown = {snap.current.assignment[n] for n in snap.unknown}
             for i, h in enumerate(inst.hosts):
                 state[h.name] = "contended" if i in hot else "ok" if h.name in has_devil \
-                    else "devil-free"  # fmt: skip
-            classes = {c.name: "devil" if c.devil else "turtle" for c in inst.containers}
+                    else "unknown" if h.name in has_unknown else "devil-free"  # fmt: skip
+            classes = {c.name: "unknown" if c.name in snap.unknown else
+                       "devil" if c.devil else "turtle" for c in inst.containers}  # fmt: skip
     nodes = [
         AdviceNode(
             node=node, host=host, rack=racks[host],

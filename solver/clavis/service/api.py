@@ -22,6 +22,7 @@ from clavis.objectives import Weights
 from clavis.service import calibration_api, reports
 from clavis.service import schemas as s
 from clavis.service.auth import AuthError, Role, check_password, token_digest
+from clavis.service.classify import effective
 from clavis_contracts import MonitorReport
 from clavis_contracts.signing import SIGNATURE
 
@@ -136,7 +137,15 @@ def hosts(request: Request, _: Viewer) -> list[s.HostOut]:
 
 @router.get("/containers", response_model=list[s.ContainerOut], responses=_AUTH_ERRORS)
 def containers(request: Request, _: Viewer) -> list[s.ContainerOut]:
-    return [s.ContainerOut(**c) for c in _d(request).store.containers()]
+    d = _d(request)
+    default = d.config.classify.devil_threshold_mpki
+    out = []
+    for c in d.store.containers():
+        threshold = d.thresholds.get(c["host"], default)
+        shown, source = effective(c["klass"], c["class_source"], c["class_hint"],
+                                  c["intensity_mpki"], threshold)  # fmt: skip
+        out.append(s.ContainerOut(**c, effective_class=shown, effective_source=source))
+    return out
 
 
 @router.get("/jobs", response_model=list[s.JobOut], responses=_AUTH_ERRORS)
@@ -191,7 +200,9 @@ def plan_out(d: Clavisd, plan_id: int) -> s.PlanOut:
         raise HTTPException(404, f"no plan {plan_id}")
     steps = [s.StepOut(**{k: v for k, v in vars(st).items() if k != "plan"})
              for st in d.store.steps(plan_id)]  # fmt: skip
-    return s.PlanOut(**vars(p), steps=steps)
+    # Plans stored before deferred moves were described kept only their containers' names.
+    deferred = [s.DeferredMove(**m) for m in p.summary.get("deferred", []) if isinstance(m, dict)]
+    return s.PlanOut(**vars(p), steps=steps, deferred=deferred)
 
 
 @router.get("/plans", response_model=list[s.PlanOut], responses=_AUTH_ERRORS)

@@ -8,6 +8,13 @@ containers is one: under the straggler rule (thesis §5.5) one contended devil c
 slows the whole job. Per-application memory follows ReSense (Dey et al. 2013, §2.2): the
 class is a property of the application, learnt once and applied to its next jobs before
 their first sample.
+
+A user's class hint (``sbatch --clavis-class=devil|turtle``, reported with the
+container) overrides the measured class wherever a class is used (repacking, the
+advice, the API) but never enters the hysteresis or the per-application memory: those
+learn from measurements only, so a wrong hint does not teach the next job. A container
+with neither a hint, a class nor a measured intensity is ``unknown``: it is placed as a
+turtle (nothing says it contends) but never advertised as one.
 """
 
 from __future__ import annotations
@@ -17,7 +24,12 @@ from dataclasses import dataclass
 from typing import Literal
 
 Klass = Literal["devil", "turtle"]
+Shown = Literal["devil", "turtle", "unknown"]
 ClassSource = Literal["samples", "memory", "none"]
+# Where an effective class came from: the user's hint, the hysteresis class (samples or
+# the application's memory), the last sample alone (before the window has decided), or
+# nothing at all.
+EffectiveSource = Literal["hint", "samples", "memory", "last-sample", "none"]
 _VOTE = {"devil": "d", "turtle": "t"}
 
 
@@ -54,6 +66,25 @@ def observe(state: ClassState, sample: Klass | None, rule: Hysteresis) -> ClassS
         if klass != state.klass and votes.count(mark) >= rule.votes:
             return ClassState(klass, "samples", votes)  # type: ignore[arg-type]
     return ClassState(state.klass, state.source, votes)
+
+
+def effective(
+    klass: Klass | None,
+    source: str,
+    hint: Klass | None,
+    intensity_mpki: float | None,
+    threshold_mpki: float,
+) -> tuple[Shown, EffectiveSource]:
+    """The class a container is treated as now, and why: the hint, else its hysteresis
+    class, else its last intensity against its host's threshold, else unknown."""
+    if hint is not None:
+        return hint, "hint"
+    if klass is not None:
+        return klass, "memory" if source == "memory" else "samples"
+    last = vote(intensity_mpki, threshold_mpki)
+    if last is not None:
+        return last, "last-sample"
+    return "unknown", "none"
 
 
 def remembered(app_class: Klass | None) -> ClassState:

@@ -35,7 +35,13 @@ from clavis.service.ingest import Ingestor
 from clavis.service.pausepoints import pause_point
 from clavis.service.power import FitError, fit
 from clavis.service.repack import Executor, decide
-from clavis.service.schemas import PlanOut, ProposedPlan, ProposedStep, RepackOut
+from clavis.service.schemas import (
+    DeferredMove,
+    PlanOut,
+    ProposedPlan,
+    ProposedStep,
+    RepackOut,
+)
 from clavis.service.store import Store, StoreError
 from clavis.service.tables import MIGRATIONS
 from clavis.service.writer import ProcessIngestor
@@ -156,8 +162,9 @@ class Clavisd:
         fresh_s = cfg.ingest.max_report_age_s
         quiet = frozenset(h for h in self.host_names
                           if now - self.last_report.get(h, -1e18) > fresh_s)  # fmt: skip
-        inputs = (quiet, tuple(  # row: name, host, job, cores, memory, class, intensity
-            (*row[:6], row[6] is not None and row[6] >= by_host.get(row[1], default))
+        inputs = (quiet, self.store.app_classes_version(), tuple(
+            # row: name, host, job, cores, memory, class, hint, intensity (None: unknown)
+            (*row[:7], None if row[7] is None else row[7] >= by_host.get(row[1], default))
             for row in self.store.placement_inputs()
         ))  # fmt: skip
         if self._advice is None or self._advice[0] != inputs:
@@ -219,16 +226,25 @@ class Clavisd:
             steps = [{"idx": s.index, "wave": s.wave, "container": s.move.container,
                       "source": s.move.source, "target": s.move.target, "cores": s.move.cores,
                       "memory_bytes": s.move.memory_bytes} for s in d.plan.steps]  # fmt: skip
-            summary = {"message": d.message, "contended": list(d.contended),
-                       "deferred": [m.container for m in d.plan.deferred],
-                       "weights": list(weights.as_tuple())}  # fmt: skip
+            deferred = [DeferredMove(container=m.container, source=m.source, target=m.target,
+                                     cores=m.cores, memory_bytes=m.memory_bytes)
+                        for m in d.plan.deferred]  # fmt: skip
             f_current, f_target = d.f_current or 0.0, d.f_target or 0.0
-            if not apply:  # a dry run: shown, not stored; an older pending plan stays
-                proposal = ProposedPlan(f_current=f_current, f_target=f_target, summary=summary,
-                                        steps=[ProposedStep(**s) for s in steps])  # fmt: skip
-                return RepackOut(decision="planned", f_current=d.f_current,
-                                 f_target=d.f_target, message=f"{d.message}; dry run: nothing "
-                                 "stored", plan=None, proposal=proposal)  # fmt: skip
+            f_solver = d.f_solver if d.f_solver is not None else f_target
+            summary = {"message": d.message, "contended": list(d.contended),
+                       "deferred": [m.model_dump() for m in deferred], "f_solver": f_solver,
+                       "weights": list(weights.as_tuple())}  # fmt: skip
+            if not apply or d.decision == "deferred":
+                # Shown, not stored; an older pending plan stays. A deferred decision has
+                # nothing worth starting even with apply.
+                proposal = ProposedPlan(f_current=f_current, f_target=f_target,
+                                        f_solver=f_solver, summary=summary,
+                                        steps=[ProposedStep(**s) for s in steps],
+                                        deferred=deferred)  # fmt: skip
+                note = "" if d.decision == "deferred" else "; dry run: nothing stored"
+                return RepackOut(decision=d.decision, f_current=d.f_current,
+                                 f_target=d.f_target, message=d.message + note, plan=None,
+                                 proposal=proposal)  # fmt: skip
             for old in self.store.plans(["pending"]):
                 self.store.set_plan(old.id, "superseded", "a newer plan replaced it", now)
             # Stored as running: a restart after a crash from here on resumes it.

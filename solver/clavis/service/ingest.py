@@ -152,7 +152,7 @@ def stage(batch: list[Accepted], book: ClassBook, cfg: ClassifyConfig) -> _Stage
             ))  # fmt: skip
             out.containers[name] = (
                 name, host, job, app, int(c["cores"]), int(c["memory_bytes"]), c_busy, mpki,
-                state.klass, state.source, state.votes, traffic, ts,
+                state.klass, state.source, state.votes, traffic, ts, c.get("class_hint"),
             )  # fmt: skip
             out.container_jobs[name] = job
     return out
@@ -248,7 +248,8 @@ _CONTAINER_SAMPLE = ("container", "host", "job", "ts", "resolution_s", "busy_cor
                      "intensity_mpki", "intensity_source", "traffic")  # fmt: skip
 _HOST = ("b_name", "b_ts", "b_busy", "b_watts")
 _CONTAINER = ("name", "host", "job", "app", "cores", "memory_bytes", "busy_cores",
-              "intensity_mpki", "klass", "class_source", "votes", "traffic", "updated")  # fmt: skip
+              "intensity_mpki", "klass", "class_source", "votes", "traffic", "updated",
+              "class_hint")  # fmt: skip
 
 
 class _Statements:

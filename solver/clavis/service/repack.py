@@ -24,7 +24,7 @@ from clavis.placement import SolveOptions, place
 from clavis.service.agents import AgentProtocolError, AgentUnavailableError, MigratorClient
 from clavis.service.config import RepackConfig
 from clavis.service.pausepoints import pause_point
-from clavis.service.plan import Plan, moves_between, order, peak_loads
+from clavis.service.plan import Move, Plan, moves_between, order, peak_loads
 from clavis.service.snapshot import Snapshot
 from clavis.service.store import Store
 from clavis_contracts import TERMINAL_STATES, MigrationStep
@@ -34,12 +34,25 @@ log = logging.getLogger("clavisd.repack")
 
 @dataclass(frozen=True)
 class Decision:
-    decision: Literal["no-change", "below-margin", "planned", "no-solution"]
+    """``f_target`` is the F of the placement the plan's steps reach: the solver's target
+    when nothing is deferred, else the current placement with only the planned steps
+    applied (``f_solver`` keeps the solver's). ``deferred``: the plan's moves were
+    ordered, but those that can run reach no more than the margin (none at all, or not
+    enough of them): nothing is stored or started, and ``plan`` names the deferred moves."""
+
+    decision: Literal["no-change", "below-margin", "planned", "deferred", "no-solution"]
     f_current: float | None
     f_target: float | None
     message: str
     plan: Plan | None
     contended: tuple[str, ...] = ()
+    f_solver: float | None = None
+
+
+def describe_moves(moves: tuple[Move, ...], limit: int = 5) -> str:
+    """``c1 h1->h2, c2 h2->h1`` (at most ``limit``, then how many more)."""
+    text = ", ".join(f"{m.container} {m.source}->{m.target}" for m in moves[:limit])
+    return text + (f" and {len(moves) - limit} more" if len(moves) > limit else "")
 
 
 def decide(snap: Snapshot, weights: Weights, cfg: RepackConfig) -> Decision:
@@ -85,11 +98,31 @@ def decide(snap: Snapshot, weights: Weights, cfg: RepackConfig) -> Decision:
         return Decision("no-solution", now_score.F, result.score.F,
                         f"plan would overload {over}", None)  # fmt: skip
     hot = tuple(inst.hosts[h].name for h in sorted(contended_hosts(inst, current)))
-    return Decision("planned", now_score.F, result.score.F,
-                    f"F {now_score.F:.4f} -> {result.score.F:.4f} ({result.method} "
+    solver_f = result.score.F
+    reached_f = solver_f
+    deferred = ""
+    if plan.deferred:
+        # Deferred moves are not made: what the plan reaches is the current placement with
+        # its steps applied, and that is what F after and the margin are measured on.
+        where = dict(now_where)
+        for step in plan.steps:
+            where[step.move.container] = step.move.target
+        index = {h.name: i for i, h in enumerate(inst.hosts)}
+        reached_f = score(inst, tuple(index[where[c.name]] for c in inst.containers),
+                          weights).F  # fmt: skip
+        deferred = (f"; {len(plan.deferred)} moves deferred (no host has room to stage them; "
+                    f"those containers stay): {describe_moves(plan.deferred)}")  # fmt: skip
+        if now_score.F - reached_f <= cfg.margin:
+            return Decision("deferred", now_score.F, reached_f,
+                            f"the solver's placement (F {now_score.F:.4f} -> {solver_f:.4f}) "
+                            f"needs moves that cannot be ordered now; the {len(plan.steps)} "
+                            f"steps that can would reach F {reached_f:.4f}, not more than "
+                            f"repack.margin {cfg.margin:g} better: nothing planned{deferred}",
+                            plan, hot, solver_f)  # fmt: skip
+    return Decision("planned", now_score.F, reached_f,
+                    f"F {now_score.F:.4f} -> {reached_f:.4f} ({result.method} "
                     f"{result.status}); {len(plan.steps)} steps in {plan.waves} waves"
-                    + (f"; {len(plan.deferred)} moves deferred" if plan.deferred else ""),
-                    plan, hot)  # fmt: skip
+                    + deferred, plan, hot, solver_f)  # fmt: skip
 
 
 class Executor:
@@ -152,7 +185,10 @@ class Executor:
                                 "source; later steps not run", time.time())  # fmt: skip
             return True
         if not open_waves:
-            self.store.set_plan(plan_id, "done", f"{len(steps)} steps done", time.time())
+            plan = self.store.plan(plan_id)
+            left = len(plan.summary.get("deferred", [])) if plan is not None else 0
+            note = f"; {left} moves deferred, not run" if left else ""
+            self.store.set_plan(plan_id, "done", f"{len(steps)} steps done{note}", time.time())
             return True
         plan = self.store.plan(plan_id)
         if plan is not None and plan.state == "pending":

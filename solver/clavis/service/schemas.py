@@ -56,11 +56,22 @@ class ContainerOut(_Out):
     memory_bytes: int
     busy_cores: float
     intensity_mpki: float | None
-    klass: Literal["devil", "turtle"] | None
+    klass: Literal["devil", "turtle"] | None = Field(
+        description="The measured class (hysteresis over the votes, or the application's "
+        "memory); null until decided."
+    )
     class_source: str
     votes: str
     traffic: dict[str, float]
     updated: float
+    class_hint: Literal["devil", "turtle"] | None = Field(
+        description="The user's --clavis-class for the job in it, if it names a class."
+    )
+    effective_class: Literal["devil", "turtle", "unknown"] = Field(
+        description="What repacking and the advice treat it as: the hint, else the measured "
+        "class, else its last intensity against its host's threshold, else unknown."
+    )
+    effective_source: Literal["hint", "samples", "memory", "last-sample", "none"]
 
 
 class JobOut(_Out):
@@ -95,6 +106,17 @@ class ProposedStep(_Out):
     memory_bytes: int
 
 
+class DeferredMove(_Out):
+    """A move of the solver's placement that no wave can take (a cycle of full hosts with
+    no host to stage on): not run; the container stays on ``source``."""
+
+    container: str
+    source: str
+    target: str
+    cores: int
+    memory_bytes: int
+
+
 class StepOut(ProposedStep):
     """A stored step: the proposed move and how it went."""
 
@@ -114,15 +136,21 @@ class PlanOut(_Out):
     summary: dict[str, Any]
     message: str
     steps: list[StepOut]
+    deferred: list[DeferredMove] = Field(
+        description="Moves of the solver's placement not run; f_target is what the steps reach."
+    )
 
 
 class ProposedPlan(_Out):
-    """A dry run's plan: computed and shown, never stored."""
+    """A plan computed and shown, never stored: a dry run's, or one whose runnable steps
+    would not reach the margin because moves are deferred (decision ``deferred``)."""
 
     f_current: float
-    f_target: float
+    f_target: float = Field(description="F after the steps (deferred moves not made).")
+    f_solver: float = Field(description="F of the solver's placement (every move made).")
     summary: dict[str, Any]
     steps: list[ProposedStep]
+    deferred: list[DeferredMove]
 
 
 class RepackIn(_Out):
@@ -133,13 +161,17 @@ class RepackIn(_Out):
 
 
 class RepackOut(_Out):
-    decision: Literal["no-change", "below-margin", "planned", "busy", "no-solution"]
+    decision: Literal["no-change", "below-margin", "planned", "deferred", "busy", "no-solution"] = (
+        Field(description="deferred: the solver's placement needs moves no wave can take and "
+              "the steps that can run would gain no more than repack.margin; nothing stored "
+              "or started (the proposal names the deferred moves).")
+    )  # fmt: skip
     f_current: float | None
     f_target: float | None
     message: str
     plan: PlanOut | None = Field(description="The stored plan (with apply).")
     proposal: ProposedPlan | None = Field(
-        description="A dry run's plan, not stored: nothing changed."
+        description="A plan not stored (a dry run's, or a deferred one): nothing changed."
     )
 
 

@@ -4,9 +4,12 @@ current placement), so repacking and the advice file score it with the one evalu
 - Hosts and racks come from the cluster file; a fitted power model replaces the file's.
 - A host without a recent report is treated as draining: it keeps its containers, and
   takes no new ones, as its state is unknown.
-- A container's class is its hysteresis class when it has one (docs/clavisd.md); until
-  then its last intensity against its host's threshold (``classify.host_thresholds``,
-  else the default), as ingest votes.
+- A container's class is the user's hint when given, else its hysteresis class when it
+  has one (docs/clavisd.md), else its last intensity against its host's threshold
+  (``classify.host_thresholds``, else the default), as ingest votes
+  (``classify.effective``). A container with none of these is ``unknown``: the solver
+  places it as a turtle (no measurement says it contends, so nothing is moved for it),
+  and ``Snapshot.unknown`` names it so the advice never calls it a turtle.
 - Jobs are grouped from the containers' job names; a container without a job is a job
   of its own. Traffic to a container of another job is not counted: C is defined for a
   job's own flows (docs/objectives.md).
@@ -20,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from clavis.model import Cluster, Container, Flow, Host, Job, Placement, PowerModel, Workload
-from clavis.service.classify import threshold_for, vote
+from clavis.service.classify import effective, threshold_for
 
 
 @dataclass(frozen=True)
@@ -28,6 +31,7 @@ class Snapshot:
     cluster: Cluster
     workload: Workload | None  # None: no container reported yet
     current: Placement
+    unknown: frozenset[str] = frozenset()  # containers of unknown class (placed as turtles)
 
 
 def _power(host: Host, model: dict[str, Any] | None) -> PowerModel:
@@ -64,6 +68,12 @@ def take(
     groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for c in present:
         groups[c["job"] or f"node-{c['name']}"].append(c)
+    shown = {
+        c["name"]: effective(c["klass"], c["class_source"], c.get("class_hint"),
+                             c["intensity_mpki"],
+                             threshold_for(c["host"], threshold_mpki, host_thresholds))[0]
+        for c in present
+    }  # fmt: skip
     jobs = []
     for name, members in sorted(groups.items()):
         names = {c["name"] for c in members}
@@ -76,11 +86,13 @@ def take(
         jobs.append(Job(name=name, traffic=flows, containers=[
             Container(name=c["name"], cores=c["cores"], memory_bytes=c["memory_bytes"],
                       intensity_mpki=c["intensity_mpki"] or 0.0,
-                      klass=c["klass"] or vote(c["intensity_mpki"], threshold_for(
-                          c["host"], threshold_mpki, host_thresholds)))
+                      klass="devil" if shown[c["name"]] == "devil" else "turtle")
             for c in members
         ]))  # fmt: skip
     workload = Workload(devil_threshold_mpki=threshold_mpki, jobs=jobs) if jobs else None
     return Snapshot(
-        snap_cluster, workload, Placement(assignment={c["name"]: c["host"] for c in present})
+        snap_cluster,
+        workload,
+        Placement(assignment={c["name"]: c["host"] for c in present}),
+        frozenset(n for n, k in shown.items() if k == "unknown"),
     )

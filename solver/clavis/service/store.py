@@ -171,11 +171,27 @@ class Store:
 
     def placement_inputs(self) -> list[tuple[Any, ...]]:
         """Per container what the advice depends on (not its traffic): name, host, job,
-        cores, memory, class, intensity; cheap enough to read every few seconds."""
+        cores, memory, class, hint, intensity; cheap enough to read every few seconds."""
         c = t.containers.c
-        q = select(c.name, c.host, c.job, c.cores, c.memory_bytes, c.klass, c.intensity_mpki)
+        q = select(c.name, c.host, c.job, c.cores, c.memory_bytes, c.klass, c.class_hint,
+                   c.intensity_mpki)  # fmt: skip
         with self.engine.connect() as conn:
             return [tuple(r) for r in conn.execute(q.order_by(c.name))]
+
+    def app_classes_version(self) -> tuple[int, float | None]:
+        """How many applications have a class and when one last changed: the advice's
+        application list is rebuilt when this changes."""
+        a = t.app_classes.c
+        with self.engine.connect() as conn:
+            n, last = conn.execute(select(func.count(), func.max(a.updated))).one()
+        return int(n), last
+
+    def app_class_rows(self) -> list[dict[str, Any]]:
+        """Application classes, most recently decided first."""
+        a = t.app_classes.c
+        q = select(a.app, a.klass, a.jobs_seen, a.updated).order_by(a.updated.desc(), a.app)
+        with self.engine.connect() as conn:
+            return [dict(r._mapping) for r in conn.execute(q)]
 
     def jobs(self) -> list[dict[str, Any]]:
         with self.engine.connect() as conn:

@@ -21,7 +21,9 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    inspect,
     select,
+    text,
 )
 
 meta = MetaData()
@@ -61,6 +63,9 @@ containers = Table(
     Column("votes", String(1000), nullable=False),
     Column("traffic", Text, nullable=False),  # JSON {peer: bytes/s} of the newest sample
     Column("updated", Float, nullable=False),
+    # The user's --clavis-class of the job now in it (devil/turtle), null for none
+    # (migration 3): it overrides ``klass`` where a class is used, never the votes.
+    Column("class_hint", String(8)),
 )  # fmt: skip
 
 jobs = Table(
@@ -223,10 +228,18 @@ def _v2(conn: Connection) -> None:
     meta.create_all(conn, tables=[nonces])
 
 
+def _v3(conn: Connection) -> None:
+    # A store made by migration 1 of this code has the column already (create_all uses
+    # today's definition); one made by an older clavisd gets it here.
+    if "class_hint" not in {c["name"] for c in inspect(conn).get_columns("containers")}:
+        conn.execute(text("ALTER TABLE containers ADD COLUMN class_hint VARCHAR(8)"))
+
+
 Migration = tuple[int, str, Callable[[Connection], None]]
 MIGRATIONS: Final[list[Migration]] = [
     (1, "hosts, containers, jobs, samples, classes, power models, fronts, weights, plans", _v1),
     (2, "nonces of signed requests, so replay protection survives a restart", _v2),
+    (3, "containers.class_hint: the user's --clavis-class, reported from schema 2 on", _v3),
 ]
 
 

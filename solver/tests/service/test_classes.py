@@ -1,0 +1,140 @@
+"""What clavisd treats a container as (issue 13): a container nothing has measured is
+``unknown`` (in /containers, the repack snapshot and the advice, where its host is not
+``devil-free``), and the user's ``--clavis-class`` travels in the report, is stored,
+shows, and overrides the measured class without teaching the application's memory."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from fastapi.testclient import TestClient
+from sqlalchemy import create_engine, text
+
+from clavis.service import tables as t
+from clavis.service.daemon import Clavisd
+from clavis.service.store import Store
+
+from .helpers import container, login, post_report, report
+
+
+def _advice(d: Clavisd) -> dict[str, dict[str, Any]]:
+    d.publish_advice()
+    doc = json.loads(Path(d.config.advice.path).read_text())
+    return {n["node"]: n for n in doc["nodes"]}
+
+
+def _containers(client: TestClient) -> dict[str, dict[str, Any]]:
+    view = login(client, "vic")
+    return {c["name"]: c for c in client.get("/api/v1/containers", headers=view).json()}
+
+
+def test_a_container_without_a_measurement_is_unknown_not_a_turtle(
+    client: TestClient, clavisd: Clavisd
+) -> None:
+    now = time.time()
+    layout = {
+        "h1": [container("n1", mpki=None)],
+        "h2": [container("n2", job="j2", mpki=1.0)],
+        "h3": [container("n3", job="j3", mpki=None), container("n4", job="j4", mpki=30.0)],
+    }
+    for i in range(3):
+        for host, cs in layout.items():
+            assert post_report(client, report(host, cs, ts=now - 10 + i)).status_code == 202
+    shown = {n: (c["effective_class"], c["effective_source"], c["klass"])
+             for n, c in _containers(client).items()}  # fmt: skip
+    assert shown == {
+        "n1": ("unknown", "none", None),
+        "n2": ("turtle", "last-sample", None),  # 3 votes: the window has not decided yet
+        "n3": ("unknown", "none", None),
+        "n4": ("devil", "last-sample", None),
+    }
+    # The solver places an unknown container as a turtle, and the snapshot says which.
+    snap = clavisd.snapshot(time.time())
+    assert snap.unknown == {"n1", "n3"}
+    assert snap.workload is not None
+    classes = {c.name: c.klass for j in snap.workload.jobs for c in j.containers}
+    assert classes == {"n1": "turtle", "n2": "turtle", "n3": "turtle", "n4": "devil"}
+    adv = _advice(clavisd)
+    assert {n: (a["node_class"], a["contention"]) for n, a in adv.items()} == {
+        "n1": ("unknown", "unknown"),  # not devil-free: nothing says n1 is not a devil
+        "n2": ("turtle", "devil-free"),
+        "n3": ("unknown", "ok"),  # a known devil decides the host's contention
+        "n4": ("devil", "ok"),
+    }
+    # A measurement makes it known, and the advice is rebuilt for it.
+    assert post_report(client, report("h1", [container("n1", mpki=2.0)])).status_code == 202
+    assert _advice(clavisd)["n1"] == {**adv["n1"], "node_class": "turtle",
+                                      "contention": "devil-free"}  # fmt: skip
+
+
+def _hinted(name: str, hint: str | None, mpki: float, app: str) -> dict[str, Any]:
+    c = container(name, job="7", mpki=mpki, app=app)
+    if hint is not None:
+        c["class_hint"] = hint
+    return c
+
+
+def test_a_class_hint_is_stored_shown_and_overrides_the_measured_class(
+    client: TestClient, clavisd: Clavisd
+) -> None:
+    t0 = time.time() - 30
+    for i in range(8):  # 8 turtle votes: measured turtle, and the app remembered as one
+        doc = report("h1", [_hinted("n1", "devil", 1.0, "1000:stream.sh")], ts=t0 + i)
+        assert post_report(client, doc).status_code == 202, doc
+    c = _containers(client)["n1"]
+    assert (c["klass"], c["class_source"], c["class_hint"]) == ("turtle", "samples", "devil")
+    assert (c["effective_class"], c["effective_source"]) == ("devil", "hint")
+    # The memory learns from measurements only: the hint does not teach the next job.
+    assert clavisd.store.app_classes() == {"1000:stream.sh": "turtle"}
+    (job,) = clavisd.store.jobs()
+    assert job["klass"] == "turtle"
+    # Repacking and the advice use the hint.
+    snap = clavisd.snapshot(time.time())
+    assert snap.workload is not None and snap.workload.jobs[0].containers[0].klass == "devil"
+    adv = _advice(clavisd)
+    assert (adv["n1"]["node_class"], adv["n1"]["contention"]) == ("devil", "ok")
+    # The next report without a hint (a new job, auto): the measured class again.
+    doc = report("h1", [_hinted("n1", None, 1.0, "1000:stream.sh")], ts=t0 + 9)
+    assert post_report(client, doc).status_code == 202
+    c = _containers(client)["n1"]
+    assert (c["class_hint"], c["effective_class"], c["effective_source"]) == (
+        None, "turtle", "samples")  # fmt: skip
+    assert _advice(clavisd)["n1"]["node_class"] == "turtle"
+
+
+def test_a_hint_in_a_version_1_report_is_refused(client: TestClient) -> None:
+    doc = {**report("h1", [_hinted("n1", "devil", 1.0, "1000:a")]), "schema_version": 1}
+    body = post_report(client, doc)
+    assert body.status_code == 422 and "need schema_version 2" in body.json()["detail"]
+    bad = report("h1", [_hinted("n1", "angel", 1.0, "1000:a")])
+    assert post_report(client, bad).status_code == 422
+
+
+def test_migration_3_adds_the_hint_column_to_an_older_store(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    engine = create_engine(url)
+    with engine.begin() as conn:  # a store as clavisd made it before migration 3
+        t.meta.create_all(conn, tables=[t.schema_version])
+        t.meta.create_all(conn, tables=[x for x in t.V1_TABLES if x is not t.containers])
+        t.meta.create_all(conn, tables=[t.nonces])
+        conn.execute(text(
+            "CREATE TABLE containers (name VARCHAR(128) PRIMARY KEY, host VARCHAR(128) NOT "
+            "NULL, job VARCHAR(128), app VARCHAR(256), cores INTEGER NOT NULL, memory_bytes "
+            "BIGINT NOT NULL, busy_cores FLOAT NOT NULL, intensity_mpki FLOAT, klass "
+            "VARCHAR(8), class_source VARCHAR(16) NOT NULL, votes VARCHAR(1000) NOT NULL, "
+            "traffic TEXT NOT NULL, updated FLOAT NOT NULL)"
+        ))  # fmt: skip
+        conn.execute(text("INSERT INTO containers VALUES ('n1', 'h1', NULL, NULL, 2, 1, 0.5, "
+                          "NULL, 'devil', 'samples', 'ddddddd', '{}', 1.0)"))  # fmt: skip
+        for v, desc, _ in t.MIGRATIONS[:2]:
+            conn.execute(t.schema_version.insert().values(version=v, description=desc,
+                                                          applied=1.0))  # fmt: skip
+    engine.dispose()
+    store = Store(url)
+    assert store.applied == [3]
+    (c,) = store.containers()
+    assert (c["klass"], c["class_hint"]) == ("devil", None)
+    store.close()
