@@ -25,7 +25,7 @@ from ortools.sat.python import cp_model
 from clavis.instance import Assignment, Instance
 from clavis.objectives import Bounds, Score, Weights, bounds, score, violations
 from clavis.placement import bound as rack
-from clavis.placement import estimate, fathom, racklns, rackmodel
+from clavis.placement import estimate, fathom, lower, racklns, rackmodel
 from clavis.placement.baselines import corerr, noderr
 from clavis.placement.guard import GIB, Guard, LimitReachedError, Watchdog
 from clavis.placement.hints import complete_hint
@@ -362,6 +362,8 @@ def solve(
     else:
         warm_guard = None if options.deterministic else guard.share(WARM_SHARE)
         hint = warm_start(inst, weights, limits, options.hint, warm_guard)
+    # Relaxation bounds (lower.py): cheap, valid whatever the turns below manage.
+    floor = lower.lower_bound(inst, weights, limits).F
     start = score(inst, hint, weights, limits) if hint is not None else None
     if start is not None:
         watch.offer(start.F)
@@ -435,10 +437,10 @@ def solve(
             bound = max(bound or 0.0, got.bound)
         else:
             notes.append(f"rack bound skipped: {max(0.0, left):.2f} s left")
-    if bound is not None or early is not None:
-        if _proves(bound or 0.0, result.F):
-            status = "OPTIMAL"
-        watch.offer(result.F, bound)
+    bound = max(bound or 0.0, floor)
+    if _proves(bound, result.F):
+        status = "OPTIMAL"
+    watch.offer(result.F, bound)
     return PlacementResult(
         method=method,
         status=status,
