@@ -61,16 +61,18 @@ def host_of(container: str) -> str:
     return container.rsplit("c", 1)[0]
 
 
+def netns_prefix(container: str) -> list[str]:
+    """argv prefix that runs a command inside a container (lxc-attach from its host's
+    netns)."""
+    return [
+        "nsenter", f"--net=/run/netns/ctb-{host_of(container)}", "--",
+        "lxc-attach", "-n", container, "-P", str(RUN_DIR / "lxc"), "--",
+    ]  # fmt: skip
+
+
 def lxc_attach(container: str, shell: str, timeout: float = 60) -> str:
-    """Run a shell snippet inside a container (lxc-attach from its host's netns)."""
-    return run(
-        [
-            "nsenter", f"--net=/run/netns/ctb-{host_of(container)}", "--",
-            "lxc-attach", "-n", container, "-P", str(RUN_DIR / "lxc"), "--",
-            "sh", "-c", shell,
-        ],
-        timeout=timeout,
-    )  # fmt: skip
+    """Run a shell snippet inside a container."""
+    return run([*netns_prefix(container), "sh", "-c", shell], timeout=timeout)
 
 
 def tc_sent_bytes(netns: str, dev: str) -> int:
@@ -97,11 +99,14 @@ def xrack_bytes(src_rack: int, dst_rack: int) -> int:
     raise AssertionError(f"no CLAVIS-XRACK rule for rack {src_rack} -> {dst_rack}:\n{out}")
 
 
-def ipmi(host: dict[str, Any], *args: str, timeout: float = 30) -> str:
+def ipmi(host: dict[str, Any], *args: str, timeout: float = 30, netns: str = "") -> str:
+    """ipmitool over LAN+ to the host's BMC, from the host's netns (or another one that
+    reaches the management network, e.g. the head's)."""
     bmc = host["bmc"]
     password = Path(bmc["password_file"]).read_text().strip()
     return run(
-        ["ipmitool", "-I", "lanplus", "-H", bmc["address"], "-p", str(bmc["port"]),
+        ["nsenter", f"--net=/run/netns/{netns or bmc['netns']}", "--",
+         "ipmitool", "-I", "lanplus", "-H", bmc["address"], "-p", str(bmc["port"]),
          "-U", bmc["user"], "-P", password, "-C", "3", *args],
         timeout=timeout,
     )  # fmt: skip

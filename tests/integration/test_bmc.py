@@ -1,11 +1,13 @@
-"""BMCs: ipmi_sim per host, DCMI power reading from our loadlib module, Watts sensor,
-chassis control; the watts follow the load of that host's containers."""
+"""BMCs: ipmi_sim per host on the management network, DCMI power reading from our
+loadlib module, Watts sensor, chassis control; the watts follow the load of that host's
+containers."""
 
 from __future__ import annotations
 
 import re
 import subprocess
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -44,6 +46,30 @@ def test_every_bmc_answers_dcmi_with_idle_watts(testbed: dict[str, Any]) -> None
         assert m, sdr
         assert abs(int(m.group(1)) - w) <= 2 * 2 + power["per_core_w"]  # M=2 resolution
     assert len(ports) == len(testbed["hosts"])
+
+
+def test_bmcs_are_on_the_management_network(testbed: dict[str, Any]) -> None:
+    """Each host's netns and the head's reach every BMC's own address; the root
+    namespace (where they listened before) and the racks' networks do not."""
+    prefix = testbed["topology"]["net_prefix"]
+    assert testbed["mgmt"]["subnet"] == f"{prefix}.250.0/23"
+    head = testbed["head"]["netns"]
+    for h in testbed["hosts"]:
+        assert h["bmc"]["address"].startswith(f"{prefix}.251.")
+        assert h["bmc"]["netns"] == h["netns"]
+        assert "Chassis Power is on" in tb.ipmi(h, "chassis", "power", "status")
+        assert "Chassis Power is on" in tb.ipmi(h, "chassis", "power", "status", netns=head)
+        # the host's own management address is on its veth into that network
+        shown = tb.run(["ip", "-n", h["netns"], "-4", "-o", "addr", "show", "dev", "mgmt"])
+        assert f" {h['mgmt_ip']}/23 " in shown, shown
+    h = testbed["hosts"][0]
+    password = Path(h["bmc"]["password_file"]).read_text().strip()
+    lan = ["ipmitool", "-I", "lanplus", "-H", h["bmc"]["address"], "-p", str(h["bmc"]["port"]),
+           "-U", "admin", "-P", password, "-C", "3", "-N", "1", "-R", "1",
+           "chassis", "power", "status"]  # fmt: skip
+    for where in ([], tb.netns_prefix(h["containers"][0]["name"])):
+        cp = subprocess.run([*where, *lan], capture_output=True, text=True, timeout=30, check=False)
+        assert cp.returncode != 0, (where, cp.stdout)
 
 
 LOAD_S = 8  # each host is loaded this long (bounded inside the containers)

@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -44,9 +44,22 @@ def _state_pids() -> list[int]:
 def _container_pids() -> list[int]:
     """Every process in our containers' cgroups (init, slurmd, munged, ...)."""
     pids = []
-    for f in __import__("pathlib").Path("/sys/fs/cgroup/pids").glob("lxc.payload.*/cgroup.procs"):
+    for f in Path("/sys/fs/cgroup/pids").glob("lxc.payload.*/cgroup.procs"):
         pids += [int(x) for x in f.read_text().split()]
     return pids
+
+
+def _ours_running() -> list[str]:
+    """Command lines of live processes that name the testbed's run directory."""
+    found = []
+    for pid in tb.live_pids([int(d.name) for d in Path("/proc").iterdir() if d.name.isdigit()]):
+        try:
+            argv = (Path(f"/proc/{pid}/cmdline").read_bytes()).replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if str(tb.RUN_DIR) + "/" in argv:
+            found.append(argv)
+    return found
 
 
 def test_bad_input_is_refused_and_builds_nothing(clean_machine: dict[str, list[str]]) -> None:
@@ -66,11 +79,13 @@ def test_up_is_idempotent_and_down_leaves_nothing(clean_machine: dict[str, list[
     st = tb.status()
     assert st["up"], st["problems"]
     pids = _state_pids()
+    whats = {p["what"] for p in st["processes"]}
+    assert {"mariadbd", "slurmdbd", "slurmctld", "munged-head"} <= whats, whats
     cpids = _container_pids()
     assert len(cpids) >= 2 * 3  # init, munged, slurmd per container at least
     during = tb.snapshot()
     assert set(during["netns"]) - set(clean_machine["netns"]) == {
-        "ctb-core", "ctb-r1", "ctb-r2", "ctb-r1h1", "ctb-r2h1",
+        "ctb-core", "ctb-r1", "ctb-r2", "ctb-r1h1", "ctb-r2h1", "ctb-mgmt",
     }  # fmt: skip
     # no interface and no rule is ever created in the root namespace
     assert "links" not in tb.left_behind(clean_machine)
@@ -109,16 +124,16 @@ def test_second_up_repairs_a_broken_testbed(clean_machine: dict[str, list[str]])
 
 
 def test_up_after_a_failed_up(clean_machine: dict[str, list[str]]) -> None:
-    # Hold the first BMC's UDP port so its ipmi_sim cannot serve: up must fail,
-    # remove what it built, and a later up on a free port must work.
-    port = 16400
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", port))
-        cp = tb.tb("up", *SMALL, "--bmc-base-port", str(port), check=False)
+    # A file where the head's munge directory goes: up fails once the network, the
+    # BMCs and powerd are built, must remove them, and a later up must work.
+    tb.RUN_DIR.mkdir(parents=True)
+    (tb.RUN_DIR / "munge").write_text("in the way\n")
+    cp = tb.tb("up", *SMALL, check=False)
     assert cp.returncode == 1, cp.stderr
-    assert "up failed" in cp.stderr
-    assert "netns" not in tb.left_behind(clean_machine)
-    tb.tb("up", *SMALL, "--bmc-base-port", str(port))
+    assert "up failed" in cp.stderr and "munge" in cp.stderr, cp.stderr
+    assert tb.left_behind(clean_machine) == {}
+    assert _ours_running() == []
+    tb.tb("up", *SMALL)
     assert tb.status()["up"]
     tb.tb("down")
     assert tb.left_behind(clean_machine) == {}

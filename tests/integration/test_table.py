@@ -53,7 +53,8 @@ def expected_rows(topo: dict[str, Any]) -> list[dict[str, str]]:
                         "RACK": f"r{r}",
                         "HOST": host,
                         "NETNS": f"ctb-{host}",
-                        "BMC": f"127.0.0.1:{topo['bmc_base_port'] + index}",
+                        "BMC": f"{topo['net_prefix']}.251.{10 + index}:"
+                        f"{topo['bmc_base_port'] + index}",
                         "CONTAINER": f"{host}c{c}",
                         "IP": f"{topo['net_prefix']}.{r}.{100 + 10 * (h - 1) + c}",
                     }
@@ -67,13 +68,14 @@ def _static(rows: list[dict[str, str]]) -> list[dict[str, str]]:
     return [{k: row[k] for k in keep} for row in rows]
 
 
-def _udp_owner(port: int) -> list[str]:
-    """Command line of the process bound to 127.0.0.1:port (UDP), root netns."""
-    out = tb.run(["ss", "-H", "-u", "-l", "-n", "-p", f"sport = :{port}"])
+def _udp_owner(addr: str, port: int) -> list[str]:
+    """Command line of the process bound to addr:port (UDP) in the management netns."""
+    out = tb.run(["nsenter", "--net=/run/netns/ctb-mgmt", "--",
+                  "ss", "-H", "-u", "-l", "-n", "-p", f"sport = :{port}"])  # fmt: skip
     pids = set(re.findall(r"pid=(\d+)", out))
     assert len(pids) == 1, f"UDP port {port}: expected one owner, ss says:\n{out}"
     (pid,) = pids
-    assert f"127.0.0.1:{port} " in out, out
+    assert f"{addr}:{port} " in out, out
     return Path(f"/proc/{pid}/cmdline").read_text().split("\0")
 
 
@@ -111,8 +113,8 @@ def test_up_table_matches_topology_and_machine(testbed: dict[str, Any]) -> None:
         shown = tb.lxc_attach(row["CONTAINER"], "ip -4 -o addr show dev eth0")
         assert f" {row['IP']}/24 " in shown, (row, shown)
         # the BMC port is served by ipmi_sim with that host's own configuration
-        port = int(row["BMC"].rsplit(":", 1)[1])
-        argv = _udp_owner(port)
+        addr, port = row["BMC"].rsplit(":", 1)
+        argv = _udp_owner(addr, int(port))
         assert Path(argv[0]).name == "ipmi_sim", argv
         assert f"/bmc/{row['HOST']}/lan.conf" in " ".join(argv), argv
         # watts at up time: a powered host, idle or starting (at most its cores busy)

@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from clavis.model import Cluster
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "deploy" / "testbed"))
 
-from ctb import topology
+from ctb import cluster, topology
 
 
 def test_default_topology_addresses_are_private_and_unique() -> None:
@@ -42,6 +44,7 @@ def test_file_and_flags(tmp_path: Path) -> None:
         ({"net_prefix": "8.8"}, "not a private range"),
         ({"power": {"idle_w": -1}}, "power.idle_w"),
         ({"rackz": 2}, "unknown topology keys: rackz"),
+        ({"memory_mb_per_container": 8}, "memory_mb_per_container: must be in [64, 1048576]"),
     ],
 )
 def test_bad_input_names_field_and_value(data: dict[str, object], needle: str) -> None:
@@ -57,3 +60,36 @@ def test_bad_toml_file(tmp_path: Path) -> None:
         topology.load(f, {})
     with pytest.raises(topology.TopologyError, match=r"missing\.toml"):
         topology.load(tmp_path / "missing.toml", {})
+
+
+def test_cpusets_hold_exactly_cpus_and_spread_over_the_machine() -> None:
+    topo = topology.load(None, {"cpus_per_container": 2, "containers_per_host": 2})
+    # a machine with enough CPUs for every node: no two containers share one
+    big = topo.cpusets(list(range(16)))
+    assert all(len(s) == 2 for s in big.values())
+    flat = [x for s in big.values() for x in s]
+    assert len(flat) == len(set(flat)) == 16
+    # 4 CPUs: one host's nodes fit, so they share none; other hosts wrap around
+    mid = topo.cpusets([0, 1, 2, 3])
+    for h in topo.hosts():
+        sets = [set(mid[c.name]) for c in h.containers]
+        assert all(len(s) == 2 for s in sets) and not sets[0] & sets[1], sets
+    # 2 CPUs (this machine): every node still gets exactly its CPUs=, they overlap
+    small = topo.cpusets([0, 1])
+    assert set(small.values()) == {(0, 1)}
+    one = topology.load(None, {}).cpusets([5, 7])
+    assert [one[c] for c in ("r1h1c1", "r1h1c2", "r1h2c1")] == [(5,), (7,), (5,)]
+    with pytest.raises(topology.TopologyError, match="cpus_per_container: 3 is more than"):
+        topology.load(None, {"cpus_per_container": 3}).cpusets([0, 1])
+
+
+def test_cluster_document_is_valid_for_the_solver() -> None:
+    topo = topology.load(
+        None, {"racks": 2, "hosts_per_rack": 3, "containers_per_host": 2, "cpus_per_container": 2}
+    )
+    doc = Cluster.model_validate(cluster.document(topo, frozenset({"r2h3"})))
+    assert [h.name for h in doc.hosts] == ["r1h1", "r1h2", "r1h3", "r2h1", "r2h2", "r2h3"]
+    h = doc.hosts[0]
+    assert (h.cores, h.domains.count, h.domains.cores_per_domain, h.rack) == (4, 1, 4, "r1")
+    assert (h.power.idle_w, h.power.peak_w, h.power.off_w) == (100.0, 260.0, 10.0)
+    assert [x.state for x in doc.hosts].count("down") == 1 and doc.hosts[-1].state == "down"

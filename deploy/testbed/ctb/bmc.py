@@ -1,4 +1,7 @@
-"""One BMC per physical host: ipmi_sim on a loopback port.
+"""One BMC per physical host: ipmi_sim on the management network (net.py).
+
+Every ipmi_sim runs in the management netns and serves LAN+ on its host's BMC address
+there; the host's netns (and the head's) reach it over their veth into that network.
 
 Each BMC has a Watts sensor (SDR base unit 6) polled from a file, our DCMI loadlib
 module (bmc/dcmi_power.c) reading the same file, and a chassis control program that
@@ -13,8 +16,8 @@ import time
 from pathlib import Path
 
 from . import paths
-from .proc import CommandError, Owned, run, spawn
-from .topology import Host
+from .proc import CommandError, Owned, in_netns, run, spawn
+from .topology import Host, Topology
 
 MODULE_SRC = paths.HERE / "bmc" / "dcmi_power.c"
 MODULE = paths.BMC / "dcmi_power.so"
@@ -86,7 +89,7 @@ def write_config(host: Host, initial_w: float) -> tuple[Path, Path, str]:
 name "{host.name}"
 set_working_mc 0x20
   startlan 1
-    addr 127.0.0.1 {host.bmc_port}
+    addr {host.bmc_ip} {host.bmc_port}
     priv_limit admin
     allowed_auths_callback none md2 md5 straight
     allowed_auths_user none md2 md5 straight
@@ -113,24 +116,28 @@ mc_enable 0x20
     return lan, emu, password
 
 
-def start(host: Host, initial_w: float) -> Owned:
-    lan, emu, _ = write_config(host, initial_w)
+def start(topo: Topology, host: Host) -> Owned:
+    lan, emu, _ = write_config(host, topo.power.idle_w)
     d = lan.parent
     return spawn(
         f"ipmi_sim-{host.name}",
-        ["ipmi_sim", "-c", str(lan), "-f", str(emu), "-s", str(d / "state"), "-n"],
+        in_netns(
+            topo.mgmt_netns,
+            ["ipmi_sim", "-c", str(lan), "-f", str(emu), "-s", str(d / "state"), "-n"],
+        ),
         paths.LOG / f"ipmi_sim-{host.name}.log",
     )
 
 
 def ipmitool(host: Host, *args: str, timeout: float = 20.0) -> str:
-    """Run ipmitool over LAN+ against the host's BMC (always -C 3: TESTBED-NOTES)."""
+    """Run ipmitool over LAN+ against the host's BMC from the host's own netns, as its
+    monitor does (always -C 3: TESTBED-NOTES)."""
     password = (paths.BMC / host.name / "password").read_text().strip()
     argv = [
-        "ipmitool", "-I", "lanplus", "-H", "127.0.0.1", "-p", str(host.bmc_port),
+        "ipmitool", "-I", "lanplus", "-H", host.bmc_ip, "-p", str(host.bmc_port),
         "-U", BMC_USER, "-P", password, "-C", "3", *args,
     ]  # fmt: skip
-    return run(argv, timeout=timeout).stdout
+    return run(in_netns(host.netns, argv), timeout=timeout).stdout
 
 
 def wait_ready(host: Host, timeout: float = 20.0) -> None:
@@ -143,4 +150,6 @@ def wait_ready(host: Host, timeout: float = 20.0) -> None:
         except CommandError as exc:
             last = str(exc)
             time.sleep(0.2)
-    raise CommandError(f"BMC of {host.name} on port {host.bmc_port} did not answer: {last}")
+    raise CommandError(
+        f"BMC of {host.name} at {host.bmc_ip}:{host.bmc_port} did not answer: {last}"
+    )

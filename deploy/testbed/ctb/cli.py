@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import bmc, containers, mpi, net, paths, power, slurm
+from . import accounting, bmc, cluster, containers, mpi, net, paths, power, slurm
 from .proc import CommandError, in_netns, spawn, start_time, stop
 from .state import State, StateError, load
 from .topology import Topology, TopologyError
@@ -151,6 +151,7 @@ def _build(st: State) -> None:
     t0 = time.monotonic()
     st.criu = _ensure_criu()
     containers.build_rootfs()
+    accounting.build_template()
     for d in (paths.ETC, paths.SHARED, paths.LOG, paths.LXC, paths.CONTAINERS, paths.BMC):
         d.mkdir(parents=True, exist_ok=True)
     paths.SHARED.chmod(0o1777)
@@ -163,24 +164,25 @@ def _build(st: State) -> None:
     st.save()
 
     for host in topo.hosts():
-        st.processes.append(bmc.start(host, topo.power.idle_w))
+        st.processes.append(bmc.start(topo, host))
         st.save()
     st.processes.append(
         spawn("powerd", [sys.executable, str(ENTRY), "powerd"], paths.LOG / "powerd.log")
     )
     st.save()
 
+    cluster.write(topo)
     slurm.write_munge_key()
     select = slurm.install_select()
     slurm.write_conf(topo, select)
     _say(slurm.select_line(select))
     containers.write_shared_files(topo)
     containers.write_criu_conf()
-    st.processes += slurm.start_head(topo)
-    st.save()
+    slurm.start_head(topo, st.processes, st.save)
 
+    cpusets = topo.cpusets(containers.machine_cpus())
     for c in topo.containers():
-        containers.write_config(topo, c)
+        containers.write_config(topo, c, cpusets[c.name])
         st.containers.append(c.name)
         st.save()
         containers.start(c)
@@ -209,6 +211,7 @@ def _write_env(st: State) -> None:
 
 def cmd_up(args: argparse.Namespace) -> int:
     topo = _topology_from_args(args)
+    topo.cpusets(containers.machine_cpus())  # a TopologyError (exit 2) before building
     st = load()
     if st is not None:
         if st.topology != topo:
@@ -283,6 +286,7 @@ def _watts(host_name: str) -> str:
 def status_dict(st: State) -> dict[str, Any]:
     topo = st.topology
     states = slurm.node_states(topo)
+    cpusets = topo.cpusets(containers.machine_cpus())
     hosts = []
     for h in topo.hosts():
         hosts.append(
@@ -291,9 +295,13 @@ def status_dict(st: State) -> dict[str, Any]:
                 "rack": h.rack,
                 "netns": h.netns,
                 "ip": h.ip,
+                "mgmt_ip": h.mgmt_ip,
                 "bmc": {
-                    "address": "127.0.0.1",
+                    "address": h.bmc_ip,
                     "port": h.bmc_port,
+                    # reachable from the host's netns (and the head's) over the
+                    # management network; not from the root namespace
+                    "netns": h.netns,
                     "user": bmc.BMC_USER,
                     "password_file": str(paths.BMC / h.name / "password"),
                     "watts_file": str(paths.BMC / h.name / "watts"),
@@ -303,6 +311,9 @@ def status_dict(st: State) -> dict[str, Any]:
                         "name": c.name,
                         "ip": c.ip,
                         "veth": c.veth,
+                        "cpus": topo.cpus_per_container,
+                        "cpuset": list(cpusets[c.name]),
+                        "memory_mb": topo.memory_mb_per_container,
                         "lxc": containers.state(c.name),
                         "slurm": states.get(c.name, "?"),
                     }
@@ -315,7 +326,8 @@ def status_dict(st: State) -> dict[str, Any]:
         "problems": problems(st),
         "up_seconds": st.up_seconds,
         "topology": topo.to_dict(),
-        "head": {"netns": topo.core_netns, "ip": topo.head_ip},
+        "head": {"netns": topo.core_netns, "ip": topo.head_ip, "mgmt_ip": topo.head_mgmt_ip},
+        "mgmt": {"netns": topo.mgmt_netns, "subnet": topo.mgmt_subnet},
         "racks": [
             {"index": r.index, "netns": r.netns, "subnet": r.subnet, "core_if": r.core_if}
             for r in topo.racks()
@@ -327,6 +339,16 @@ def status_dict(st: State) -> dict[str, Any]:
         "slurm_conf": str(paths.SLURM_CONF),
         "select": _select_dict(),
         "shared_dir": str(paths.SHARED),
+        "slurm_user": slurm.SLURM_USER,
+        "accounting": {
+            "slurmdbd": f"{topo.head_ip}:{accounting.DBD_PORT}",
+            "cluster": slurm.CLUSTER_NAME,
+            "mariadb_socket": str(accounting.SOCKET),
+            "database": accounting.DB,
+        },
+        "exec_dir": str(paths.SHARED),
+        "cluster_file": str(paths.CLUSTER),
+        "cluster": cluster.document(topo, cluster.powered_off(topo)),
         "env_file": str(paths.ENV_FILE),
         "processes": [p.to_dict() for p in st.processes],
         "netns": st.netns,
@@ -357,7 +379,8 @@ def _print_table(st: State) -> None:
         for c in h["containers"]:
             rows.append(
                 (
-                    f"r{h['rack']}", h["name"], h["netns"], f"127.0.0.1:{h['bmc']['port']}",
+                    f"r{h['rack']}", h["name"], h["netns"],
+                    f"{h['bmc']['address']}:{h['bmc']['port']}",
                     _watts(h["name"]), c["name"], c["ip"], c["lxc"], c["slurm"],
                 )
             )  # fmt: skip
@@ -404,8 +427,26 @@ def cmd_exec(args: argparse.Namespace) -> int:
     if not argv:
         _say("exec needs a command, e.g. `clavis-testbed exec -- sinfo`")
         return EXIT_BAD_INPUT
-    cp = subprocess.run(in_netns(st.topology.core_netns, argv), env=slurm.client_env(), check=False)
+    cp = subprocess.run(
+        in_netns(st.topology.core_netns, argv),
+        env=slurm.client_env(),
+        cwd=exec_dir(),
+        check=False,
+    )
     return cp.returncode
+
+
+def exec_dir() -> Path:
+    """Where `exec` runs its command: the caller's directory when it is inside the
+    shared directory (which the head and every node see at the same path), else the
+    shared directory itself, so `exec -- sbatch job.sh` finds job.sh there and the
+    job's output (slurm-ID.out, relative -o paths) lands there on whichever node."""
+    try:
+        cwd = Path.cwd().resolve()
+    except OSError:  # the caller's directory was removed
+        return paths.SHARED
+    shared = paths.SHARED.resolve()
+    return cwd if cwd == shared or shared in cwd.parents else shared
 
 
 def _container(st: State, name: str) -> Any:
@@ -453,6 +494,7 @@ def _topology_from_args(args: argparse.Namespace) -> Topology:
         "hosts_per_rack": args.hosts_per_rack,
         "containers_per_host": args.containers_per_host,
         "cpus_per_container": args.cpus_per_container,
+        "memory_mb_per_container": args.memory_mb_per_container,
         "core_rate_mbit": args.core_rate_mbit,
         "bmc_base_port": args.bmc_base_port,
     }
@@ -468,8 +510,9 @@ def parser() -> argparse.ArgumentParser:
     up.add_argument("--hosts-per-rack", type=int)
     up.add_argument("--containers-per-host", type=int)
     up.add_argument("--cpus-per-container", type=int)
+    up.add_argument("--memory-mb-per-container", type=int, help="RealMemory and memory limit")
     up.add_argument("--core-rate-mbit", type=int, help="tbf rate of the inter-rack link")
-    up.add_argument("--bmc-base-port", type=int, help="first BMC UDP port on 127.0.0.1")
+    up.add_argument("--bmc-base-port", type=int, help="UDP port of the first BMC")
     up.set_defaults(func=cmd_up)
     sub.add_parser("down", help="remove everything up created").set_defaults(func=cmd_down)
     st = sub.add_parser("status", help="table (or --json) of the running testbed")

@@ -80,7 +80,12 @@ def _mac(name: str) -> str:
     return "02:cb:" + ":".join(f"{b:02x}" for b in h[:4])
 
 
-def write_config(topo: Topology, c: Container) -> None:
+def machine_cpus() -> list[int]:
+    """The CPUs the testbed may pin containers to: those this process may run on."""
+    return sorted(os.sched_getaffinity(0))
+
+
+def write_config(topo: Topology, c: Container, cpuset: tuple[int, ...]) -> None:
     var = paths.CONTAINERS / c.name / "var"
     for sub in ("log", "spool/slurmd", "lib/munge", "tmp"):
         (var / sub).mkdir(parents=True, exist_ok=True)
@@ -109,6 +114,11 @@ lxc.mount.entry = tmpfs tmp tmpfs rw,nosuid,nodev,size=256m 0 0
 lxc.mount.entry = tmpfs root tmpfs rw,nosuid,nodev,mode=0700,size=16m 0 0
 lxc.mount.entry = {paths.ETC} {run_rel}/etc none ro,bind,create=dir 0 0
 lxc.mount.entry = {paths.SHARED} {run_rel}/shared none rw,bind,create=dir 0 0
+# the node's Slurm CPUs= as a cpuset and its RealMemory as a memory limit (cgroup v1:
+# the machine is hybrid, the v1 cpuset and memory hierarchies hold the controllers), so
+# whatever reads the container's cgroups sees the node's true size (topology.cpusets)
+lxc.cgroup.cpuset.cpus = {",".join(str(x) for x in cpuset)}
+lxc.cgroup.memory.limit_in_bytes = {topo.memory_mb_per_container * 1024 * 1024}
 lxc.net.0.type = veth
 lxc.net.0.link = br0
 lxc.net.0.veth.pair = {c.veth}

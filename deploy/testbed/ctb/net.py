@@ -7,6 +7,10 @@
     core netns ctb-core: c-rR (tbf, rack gateway IP), routes between racks,
                          head IP on lo (slurmctld), accounting chain CLAVIS-XRACK
 
+    management netns ctb-mgmt: br0 with every BMC's address (ipmi_sim runs here)
+        ├─ m-rRhH ── mgmt (in host netns ctb-rRhH, the host's management address)
+        └─ m-head ── mgmt (in ctb-core, the head's management address)
+
 Every link is created directly inside our namespaces (`ip -n NS link add … peer …
 netns OTHER`), so no interface ever exists in the root namespace and deleting the
 namespaces removes every bridge, veth, qdisc and iptables rule we made.
@@ -28,6 +32,7 @@ def netns_names(topo: Topology) -> list[str]:
     for rack in topo.racks():
         names.append(rack.netns)
         names.extend(h.netns for h in rack.hosts)
+    names.append(topo.mgmt_netns)
     return names
 
 
@@ -106,7 +111,28 @@ def build(topo: Topology, created: list[str]) -> None:
             _ip(hns, "link", "set", "uplink", "master", "br0", "up")
             _ip(hns, "route", "add", "default", "via", rack.gateway)
 
+    _management(topo, created)
     _accounting(topo)
+
+
+def _management(topo: Topology, created: list[str]) -> None:
+    """The BMCs' network: a bridge in its own netns carrying every BMC's address, and a
+    veth from each host's netns (and the head's) into it, so a host reaches its BMC
+    over LAN as on real hardware. No route joins it to the racks' networks."""
+    mns = topo.mgmt_netns
+    _add_ns(mns, created)
+    _ip(mns, "link", "add", "br0", "type", "bridge")
+    _ip(mns, "link", "set", "br0", "up")
+    plen = topo.mgmt_subnet.split("/")[1]
+    for host in topo.hosts():
+        _ip(mns, "addr", "add", f"{host.bmc_ip}/{plen}", "dev", "br0")
+    ends = [(topo.core_netns, "m-head", topo.head_mgmt_ip)]
+    ends += [(h.netns, h.mgmt_if, h.mgmt_ip) for h in topo.hosts()]
+    for ns, port, ip in ends:
+        _ip(mns, "link", "add", port, "type", "veth", "peer", "name", "mgmt", "netns", ns)
+        _ip(mns, "link", "set", port, "master", "br0", "up")
+        _ip(ns, "addr", "add", f"{ip}/{plen}", "dev", "mgmt")
+        _ip(ns, "link", "set", "mgmt", "up")
 
 
 def _accounting(topo: Topology) -> None:

@@ -35,6 +35,8 @@ PLUGINS = ETC / "plugins"
 SELECT_CONF = ETC / "select_clavis.conf"
 # the advice file select/clavis reads (clavisd's advice.path on the testbed)
 ADVICE = RUN / "clavis" / "advice.json"
+# the solver's cluster document for this topology (cluster.py), written at up
+CLUSTER = RUN / "clavis" / "cluster.json"
 
 ROOTFS_VERSION = 1
 ROOTFS = CACHE / f"rootfs-{ROOTFS_VERSION}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import tomllib
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,11 @@ class Host:
     uplink: str
     bmc_port: int
     containers: tuple[Container, ...]
+    # management network (net.py): the host's own address on it, its veth in the
+    # management netns, and its BMC's address there
+    mgmt_ip: str = ""
+    mgmt_if: str = ""
+    bmc_ip: str = ""
 
 
 @dataclass(frozen=True)
@@ -70,6 +76,7 @@ class Topology:
     hosts_per_rack: int = 2
     containers_per_host: int = 2
     cpus_per_container: int = 1
+    memory_mb_per_container: int = 1024
     core_rate_mbit: int = 100
     net_prefix: str = "10.213"
     bmc_base_port: int = 16230
@@ -89,6 +96,7 @@ class Topology:
         bounded("hosts_per_rack", self.hosts_per_rack, 1, MAX_HOSTS_PER_RACK)
         bounded("containers_per_host", self.containers_per_host, 1, MAX_CONTAINERS_PER_HOST)
         bounded("cpus_per_container", self.cpus_per_container, 1, 64)
+        bounded("memory_mb_per_container", self.memory_mb_per_container, 64, 1048576)
         bounded("core_rate_mbit", self.core_rate_mbit, 1, 10000)
         bounded("bmc_base_port", self.bmc_base_port, 1024, 65000)
         try:
@@ -111,6 +119,22 @@ class Topology:
     @property
     def core_netns(self) -> str:
         return "ctb-core"
+
+    # The management network: one bridge in its own netns holding every BMC's address,
+    # with a veth into each host's netns and into the head's, as a BMC LAN on real
+    # hardware. A /23 of the testbed's /16 above the racks' /24s (at most 20 racks):
+    # PREFIX.250.1 the head, PREFIX.250.(10+i) host i, PREFIX.251.(10+i) its BMC.
+    @property
+    def mgmt_netns(self) -> str:
+        return "ctb-mgmt"
+
+    @property
+    def mgmt_subnet(self) -> str:
+        return f"{self.net_prefix}.250.0/23"
+
+    @property
+    def head_mgmt_ip(self) -> str:
+        return f"{self.net_prefix}.250.1"
 
     def racks(self) -> tuple[Rack, ...]:
         out = []
@@ -139,6 +163,9 @@ class Topology:
                         uplink=f"h-{name}",
                         bmc_port=self.bmc_base_port + index,
                         containers=conts,
+                        mgmt_ip=f"{self.net_prefix}.250.{10 + index}",
+                        mgmt_if=f"m-{name}",
+                        bmc_ip=f"{self.net_prefix}.251.{10 + index}",
                     )
                 )
             out.append(
@@ -159,6 +186,33 @@ class Topology:
     def containers(self) -> tuple[Container, ...]:
         return tuple(c for h in self.hosts() for c in h.containers)
 
+    def host_cores(self) -> int:
+        """Cores of one emulated physical host: the Slurm CPUs of its containers."""
+        return self.containers_per_host * self.cpus_per_container
+
+    def cpusets(self, machine_cpus: Sequence[int]) -> dict[str, tuple[int, ...]]:
+        """The machine CPUs each container (Slurm node) is pinned to, by name.
+
+        Containers are numbered in topology order (r1h1c1, r1h1c2, ..., r1h2c1, ...) and
+        container g takes the cpus_per_container CPUs that follow the previous one's,
+        wrapping around the machine's list: so each cpuset has exactly CPUs= members,
+        the containers of one host share no CPU while a host's CPUs fit in the machine,
+        and no two containers share one while all of them fit. On a smaller machine the
+        wrap-around makes containers of different hosts (then of one host) overlap.
+        """
+        n = len(machine_cpus)
+        k = self.cpus_per_container
+        if k > n:
+            raise TopologyError(
+                f"cpus_per_container: {k} is more than the machine's {n} CPUs "
+                "(each node's cpuset must hold exactly its CPUs=)"
+            )
+        cpus = sorted(machine_cpus)
+        return {
+            c.name: tuple(sorted(cpus[(g * k + j) % n] for j in range(k)))
+            for g, c in enumerate(self.containers())
+        }
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -168,6 +222,7 @@ _KEYS = {
     "hosts_per_rack": "hosts_per_rack",
     "containers_per_host": "containers_per_host",
     "cpus_per_container": "cpus_per_container",
+    "memory_mb_per_container": "memory_mb_per_container",
     "core_rate_mbit": "core_rate_mbit",
     "net_prefix": "net_prefix",
     "bmc_base_port": "bmc_base_port",
