@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import random
 import time
+from pathlib import Path
 
 import pytest
 from ortools.sat.python import cp_model
 
+from clavis.cli import main
 from clavis.instance import Instance, build_instance
 from clavis.model import Workload
 from clavis.objectives import Weights, bounds
@@ -146,3 +148,22 @@ def test_sweep_order_visits_every_count_once_ends_first() -> None:
         order = fathom.sweep_order(n)
         assert sorted(order) == list(range(n + 1))
         assert order[: min(2, n + 1)] == ([0, n] if n else [0])
+
+
+def test_cli_plain_refusal_exits_2_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    files = {p.stem: p for p in generate(RealisticSpec(hosts=1024, seed=1)).write(tmp_path)}
+    out = tmp_path / "answer.json"
+    args = ["solve", "--cluster", str(files["cluster"]), "--workload", str(files["workload"]),
+            "--weights", "3,10,2", "--quiet", "--out", str(out)]  # fmt: skip
+    assert main([*args, "--method", "plain", "--time-limit", "10"]) == 2
+    assert "plain model" in capsys.readouterr().err and not out.exists()
+    assert main([*args, "--memory-limit", "0"]) == 2
+    assert "--memory-limit must be positive" in capsys.readouterr().err and not out.exists()
+
+
+def test_exact_refuses_a_huge_instance_by_its_logarithm() -> None:
+    inst = _realistic(256)
+    with pytest.raises(TooLargeError, match=r"about 10\^\d+ placements"):
+        place("exact", inst, W, SolveOptions(time_limit=10))

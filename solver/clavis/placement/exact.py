@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from clavis.instance import Assignment, Instance
 from clavis.objectives import Weights, bounds, score
 from clavis.placement.result import PlacementResult, SolveOptions, Stopwatch, TooLargeError
@@ -14,10 +16,13 @@ __all__ = ["TooLargeError", "exact", "feasible_assignments"]
 def feasible_assignments(inst: Instance, max_leaves: int = MAX_LEAVES) -> list[Assignment]:
     """Every placement that respects cores capacity (depth-first, capacity-pruned)."""
     n, nh = len(inst.containers), len(inst.hosts)
-    if nh**n > max_leaves:
+    # At scale nh**n has tens of thousands of digits: compare its logarithm first.
+    digits = n * math.log10(max(nh, 1))
+    if digits > 30 or nh**n > max_leaves:
+        count = f"about 10^{digits:.0f}" if digits > 30 else f"{nh**n:,}"
         raise TooLargeError(
-            f"{nh} hosts ^ {n} containers = {nh**n} placements is above the exact "
-            f"limit of {max_leaves}; use --method cpsat"
+            f"{nh} hosts ^ {n} containers = {count} placements is above the exact "
+            f"limit of {max_leaves:,}; use --method cpsat"
         )
     free = [h.cores for h in inst.hosts]
     cur = [0] * n
