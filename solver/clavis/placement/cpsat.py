@@ -25,7 +25,7 @@ from ortools.sat.python import cp_model
 from clavis.instance import Assignment, Instance
 from clavis.objectives import Bounds, Score, Weights, bounds, score, violations
 from clavis.placement import bound as rack
-from clavis.placement import estimate, fathom, lower, racklns, rackmodel
+from clavis.placement import estimate, fathom, hostlns, lower, racklns, rackmodel
 from clavis.placement.baselines import corerr, noderr
 from clavis.placement.guard import GIB, Guard, LimitReachedError, Watchdog
 from clavis.placement.hints import complete_hint
@@ -63,6 +63,10 @@ SEARCH_SHARE_EXACT = 0.35
 # current placement every occupied host is a class of its own (rackmodel.py), and at
 # 1,024 hosts building that model takes longer than its 5 % turn.
 PROBE_MAX_VARS = 40_000
+# The host search (hostlns.py) gets what the per-host turn left, until this share of the
+# budget, if at least MIN_HOST_SEARCH_SECONDS remain.
+HOST_SEARCH_END_SHARE = 0.95
+MIN_HOST_SEARCH_SECONDS = 0.2
 # The warm start's greedy sweep ends by this share of the budget (it is cut short only
 # on very large instances: a candidate costs a pass over every container).
 WARM_SHARE = 0.2
@@ -330,6 +334,42 @@ def _solve_racks(
     return _Outcome("FEASIBLE", hint, out.bound), early, hint, start
 
 
+def _host_search(
+    inst: Instance,
+    weights: Weights,
+    options: SolveOptions,
+    *,
+    limits: Bounds,
+    best: tuple[Assignment, Score, Status],
+    watch: Stopwatch,
+) -> tuple[Assignment, Score, Status]:
+    """The host search (hostlns.py) from the best placement so far, with the time the
+    per-host turn left: on instances without a rack problem (too many patterns) the
+    per-host model is often too large to build at all."""
+    assignment, result, status = best
+    left = options.time_limit * HOST_SEARCH_END_SHARE - watch.elapsed
+    if status == "OPTIMAL" or left < MIN_HOST_SEARCH_SECONDS:
+        return best
+
+    def offer(_a: Assignment, f: float) -> None:
+        watch.offer(f)
+
+    better = hostlns.improve(
+        inst,
+        weights,
+        limits,
+        assignment,
+        deadline=time.monotonic() + left,
+        seed=options.seed,
+        found=offer,
+    )
+    if better is not None and not violations(inst, better):
+        got = score(inst, better, weights, limits)
+        if got.F < result.F:
+            return better, got, "FEASIBLE"
+    return best
+
+
 def _proves(bound: float, f: float) -> bool:
     return bound >= f - 1e-9 * max(1.0, f)
 
@@ -418,6 +458,10 @@ def solve(
     if assignment is None or result is None:
         trail = tuple(watch.trajectory)
         return PlacementResult(method, status, None, None, None, watch.elapsed, trail, tuple(notes))
+    if symmetric and racks is None and not options.deterministic:
+        assignment, result, status = _host_search(
+            inst, weights, options, limits=limits, best=(assignment, result, status), watch=watch
+        )
     if early is not None:
         bound = max(bound or 0.0, early.bound)
     elif proving and racks is not None and status != "OPTIMAL":

@@ -1,0 +1,107 @@
+"""The host search (placement/hostlns.py) on realistic snapshots, where no rack problem
+exists (ring and stencil jobs are singleton groups, far too many patterns)."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+from ortools.sat.python import cp_model
+
+from clavis.instance import Instance, build_instance
+from clavis.objectives import Weights, bounds, score, violations
+from clavis.placement import SolveOptions, hostlns, place
+from clavis.placement import bound as rack
+from clavis.placement.cpsat import warm_start
+from clavis.realistic import RealisticSpec, generate
+
+
+def _snapshot(hosts: int, seed: int, current: bool) -> Instance:
+    spec = RealisticSpec(hosts=hosts, seed=seed, current=current, drained=0.05)
+    return build_instance(*generate(spec).models())
+
+
+def _reseat_at_random(
+    inst: Instance, where: list[int], on: list[list[int]], hosts: list[int], rng: random.Random
+) -> list[int] | None:
+    """The freed containers on random hosts of ``hosts`` that hold them, or None."""
+    trial = list(where)
+    room = {h: inst.hosts[h].cores for h in hosts}
+    for c in rng.sample([c for h in hosts for c in on[h]], sum(len(on[h]) for h in hosts)):
+        fits = [h for h in hosts if inst.allowed(c, h) and room[h] >= inst.containers[c].cores]
+        if not fits:
+            return None
+        trial[c] = rng.choice(fits)
+        room[trial[c]] -= inst.containers[c].cores
+    return trial
+
+
+@pytest.mark.parametrize("current", [False, True])
+def test_reseat_model_objective_is_f_up_to_a_constant(current: bool) -> None:
+    inst = _snapshot(48, 3, current)
+    w = Weights(3, 5, 2, 2 if current else 0)
+    limits = bounds(inst)
+    start = warm_start(inst, w, limits, inst.current if current else None)
+    assert start is not None
+    ctx = hostlns.context(inst, w, limits)
+    where = list(start)
+    on: list[list[int]] = [[] for _ in inst.hosts]
+    for c, h in enumerate(where):
+        on[h].append(c)
+    rng = random.Random(7)
+    checked = 0
+    for _ in range(40):
+        hosts = hostlns._neighbourhood(ctx, where, on, rng)
+        trials = [where] + [_reseat_at_random(inst, where, on, hosts, rng) for _ in range(3)]
+        values = []
+        for trial in trials:
+            if trial is None:
+                continue
+            model, x = hostlns.reseat_model(ctx, where=where, on=on, hosts=hosts)
+            for (c, h), v in x.items():
+                model.add(v == int(trial[c] == h))
+            solver = cp_model.CpSolver()
+            solver.parameters.num_workers = 1
+            assert solver.solve(model) == cp_model.OPTIMAL
+            assert violations(inst, tuple(trial)) == []
+            values.append((solver.objective_value, score(inst, tuple(trial), w, limits).F))
+        for model_f, f in values[1:]:
+            checked += 1
+            assert model_f - values[0][0] == pytest.approx(f - values[0][1], abs=1e-9)
+    assert checked >= 20
+
+
+def test_host_search_improves_by_the_evaluator() -> None:
+    inst = _snapshot(64, 5, True)
+    w = Weights(3, 5, 2, 1)
+    limits = bounds(inst)
+    assert rack.prepare(inst, w, limits) is None  # no rack problem on this snapshot
+    start = inst.current
+    assert None not in start
+    begin = tuple(h for h in start if h is not None)
+    seen: list[float] = []
+    got = hostlns.improve(
+        inst, w, limits, begin, deadline=time.monotonic() + 4, seed=1,
+        found=lambda a, f: seen.append(f),
+    )  # fmt: skip
+    assert got is not None and violations(inst, got) == []
+    after = score(inst, got, w, limits).F
+    assert after < score(inst, begin, w, limits).F
+    assert seen == sorted(seen, reverse=True) and seen[-1] == pytest.approx(after)
+    for hi, h in enumerate(inst.hosts):
+        if h.state == "drain":  # a drained host keeps only its own containers
+            assert all(start[c] == hi for c, where in enumerate(got) if where == hi)
+
+
+def test_cpsat_searches_hosts_when_there_is_no_rack_problem() -> None:
+    inst = _snapshot(64, 5, True)
+    w = Weights(3, 5, 2, 1)
+    limits = bounds(inst)
+    warm = warm_start(inst, w, limits, inst.current)  # type: ignore[arg-type]
+    assert warm is not None
+    got = place("cpsat", inst, w, SolveOptions(time_limit=4, seed=0, hint=inst.current))  # type: ignore[arg-type]
+    assert got.assignment is not None and got.score is not None
+    assert violations(inst, got.assignment) == []
+    assert got.score.F < score(inst, warm, w, limits).F
+    assert got.seconds <= 4 * 1.05 + 0.5
