@@ -45,9 +45,11 @@ def _weights(args: argparse.Namespace) -> Weights:
                 return Weights(w.P, w.D, w.C, w.M)
             except ValueError as exc:
                 raise InputError(f"{args.weights_file}: {exc}") from exc
+        plain = data.get("weights", data) if isinstance(data, dict) else None
+        if not isinstance(plain, dict):
+            raise InputError(f"{args.weights_file}: expected a mapping of weights P, D, C[, M]")
         try:
-            w = data.get("weights", data)
-            return Weights(w["P"], w["D"], w["C"], w.get("M", 0.0))
+            return Weights(plain["P"], plain["D"], plain["C"], plain.get("M", 0.0))
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError(
                 f"{args.weights_file}: expected non-negative weights P, D, C[, M]: {exc}"
@@ -62,7 +64,13 @@ def _instance(args: argparse.Namespace) -> Instance:
     cluster = load_cluster(Path(args.cluster))
     workload = load_workload(Path(args.workload))
     current = load_placement(Path(args.current)) if args.current else None
-    return build_instance(cluster, workload, current, current_source=str(args.current))
+    return build_instance(
+        cluster,
+        workload,
+        current,
+        current_source=str(args.current),
+        workload_source=str(args.workload),
+    )
 
 
 class _Ticker:

@@ -65,7 +65,13 @@ def cmd_pareto(args: argparse.Namespace) -> int:
     cluster = load_cluster(Path(args.cluster))
     workload = load_workload(Path(args.workload))
     current = load_placement(Path(args.current)) if args.current else None
-    inst = build_instance(cluster, workload, current, current_source=str(args.current))
+    inst = build_instance(
+        cluster,
+        workload,
+        current,
+        current_source=str(args.current),
+        workload_source=str(args.workload),
+    )
     if args.with_migration and current is None:
         raise InputError("--with-migration needs --current (M is measured against it)")
     if args.population < 4 or args.generations < 1 or args.seed_time < 0:

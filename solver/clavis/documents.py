@@ -6,6 +6,7 @@ the file, the field path and the offending value; the CLI turns it into exit cod
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 import tempfile
@@ -54,20 +55,55 @@ def describe(err: ValidationError, data: Any) -> str:
     return "; ".join(lines)
 
 
-def read_data(path: Path) -> Any:
+# Byte-order marks of the encodings a text editor may have saved a file in instead of UTF-8.
+_OTHER_BOMS = (
+    (codecs.BOM_UTF32_LE, "UTF-32"),
+    (codecs.BOM_UTF32_BE, "UTF-32"),
+    (codecs.BOM_UTF16_LE, "UTF-16"),
+    (codecs.BOM_UTF16_BE, "UTF-16"),
+)
+
+
+def decode(raw: bytes, path: Path) -> str:
+    """The file's text, which must be UTF-8. A UTF-8 byte-order mark is dropped (RFC 8259
+    lets a parser ignore it, and editors on some systems write it); UTF-16 and UTF-32 are
+    named, with or without a mark, so the admin knows what to convert."""
+    if raw.startswith(codecs.BOM_UTF8):
+        raw = raw[len(codecs.BOM_UTF8) :]
+    for bom, name in _OTHER_BOMS:  # UTF-32 first: its LE mark begins with UTF-16's
+        if raw.startswith(bom):
+            raise InputError(f"{path}: {name} text (byte-order mark); save it as UTF-8")
+    if b"\x00" in raw[:64]:
+        # JSON and YAML start with ASCII: NULs between its letters mean UTF-16/32 sans mark.
+        raise InputError(f"{path}: NUL bytes in the text (UTF-16 or UTF-32?); save it as UTF-8")
     try:
-        text = path.read_text(encoding="utf-8")
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise InputError(
+            f"{path}: not UTF-8: byte 0x{raw[exc.start]:02x} at line {line}, column {column}"
+            " (save the file as UTF-8)"
+        ) from exc
+
+
+def read_data(path: Path) -> Any:
+    suffix = path.suffix.lower()
+    if suffix not in {".json", ".yaml", ".yml"}:
+        raise InputError(f"{path}: unknown file type {suffix!r} (use .json, .yaml or .yml)")
+    try:
+        raw = path.read_bytes()
     except OSError as exc:
         raise InputError(f"{path}: cannot read: {exc.strerror}") from exc
-    suffix = path.suffix.lower()
+    text = decode(raw, path)
+    kind = suffix[1:].upper()
     try:
-        if suffix == ".json":
-            return json.loads(text)
-        if suffix in {".yaml", ".yml"}:
-            return yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise InputError(f"{path}: not valid {suffix[1:].upper()}: {exc}") from exc
-    raise InputError(f"{path}: unknown file type {suffix!r} (use .json, .yaml or .yml)")
+        return json.loads(text) if suffix == ".json" else yaml.safe_load(text)
+    except RecursionError as exc:
+        raise InputError(f"{path}: not valid {kind}: nested too deeply") from exc
+    except (ValueError, yaml.YAMLError) as exc:
+        # ValueError: json.JSONDecodeError, and integers too long to convert (both parsers).
+        raise InputError(f"{path}: not valid {kind}: {exc}") from exc
 
 
 def parse(kind: type[Doc], data: Any, source: str) -> Doc:

@@ -147,6 +147,7 @@ def build_instance(
     workload: Workload,
     current: Placement | None = None,
     current_source: str = "current placement",
+    workload_source: str = "workload",
 ) -> Instance:
     racks = tuple(dict.fromkeys(h.rack for h in cluster.hosts))
     rack_index = {r: i for i, r in enumerate(racks)}
@@ -174,7 +175,7 @@ def build_instance(
         for k, c in enumerate(job.containers):
             if c.cores > largest:
                 raise InputError(
-                    f"workload: jobs[{ji}]({job.name}).containers[{k}]({c.name}).cores = "
+                    f"{workload_source}: jobs[{ji}]({job.name}).containers[{k}]({c.name}).cores = "
                     f"{c.cores} is larger than every host (largest has {largest})"
                 )
             containers.append(

@@ -39,11 +39,14 @@ class PowerModel(_Strict):
     """Linear host power model: idle + (peak - idle) * busy_cores / cores; off_w when empty."""
 
     idle_w: float = Field(ge=0, description="Watts drawn by a powered host with no busy core.")
-    peak_w: float = Field(ge=0, description="Watts drawn with every core busy.")
+    peak_w: float = Field(
+        ge=0, description="Watts drawn with every core busy. Must not be below idle_w."
+    )
     off_w: float = Field(
         default=0.0,
         ge=0,
-        description="Watts drawn by an empty host that is powered down or in standby.",
+        description="Watts drawn by an empty host that is powered down or in standby. "
+        "Must not be above idle_w.",
     )
 
     @model_validator(mode="after")
@@ -64,7 +67,9 @@ class Domains(_Strict):
 
 class Host(_Strict):
     name: Name
-    cores: int = Field(ge=1, le=65536)
+    cores: int = Field(
+        ge=1, le=65536, description="Must equal domains.count * domains.cores_per_domain."
+    )
     domains: Domains
     rack: Name
     power: PowerModel
@@ -88,7 +93,9 @@ class LinkCosts(_Strict):
     """Cost per byte/s of traffic by link class; a flow inside one host costs nothing."""
 
     same_rack: float = Field(default=1.0, ge=0)
-    cross_rack: float = Field(default=4.0, ge=0)
+    cross_rack: float = Field(
+        default=4.0, ge=0, description="Must not be below same_rack (cheaper than in-rack)."
+    )
 
     @model_validator(mode="after")
     def _ordered(self) -> LinkCosts:
@@ -103,7 +110,9 @@ class LinkCosts(_Strict):
 class Cluster(_Strict):
     schema_version: Literal[1] = SCHEMA_VERSION
     name: Name = "cluster"
-    hosts: list[Host] = Field(min_length=1, max_length=100_000)
+    hosts: list[Host] = Field(
+        min_length=1, max_length=100_000, description="Host names must be unique."
+    )
     links: LinkCosts = LinkCosts()
     empty_host: Literal["off", "idle"] = Field(
         default="off",
@@ -124,7 +133,12 @@ class Cluster(_Strict):
 
 class Container(_Strict):
     name: Name
-    cores: int = Field(ge=1, le=65536)
+    cores: int = Field(
+        ge=1,
+        le=65536,
+        description="Must not exceed the cores of the largest host of the cluster it is "
+        "placed on (checked with the cluster).",
+    )
     memory_bytes: int = Field(ge=0)
     intensity_mpki: float = Field(
         ge=0,
@@ -142,15 +156,26 @@ class Container(_Strict):
 
 
 class Flow(_Strict):
-    src: Name
-    dst: Name
+    """Traffic from one container to another of the same job."""
+
+    src: Name = Field(description="A container of this job.")
+    dst: Name = Field(description="A container of this job other than src.")
     bytes_per_s: float = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _two_ends(self) -> Flow:
+        if self.src == self.dst:
+            raise ValueError(f"flow goes from {self.src!r} to itself (src and dst must differ)")
+        return self
 
 
 class Job(_Strict):
     name: Name
     containers: list[Container] = Field(min_length=1)
-    traffic: list[Flow] = Field(default_factory=list)
+    traffic: list[Flow] = Field(
+        default_factory=list,
+        description="At most one flow per (src, dst) pair; both ends containers of this job.",
+    )
     all_to_all_bytes_per_s: float = Field(
         default=0.0,
         ge=0,
@@ -172,8 +197,6 @@ class Job(_Strict):
                     raise ValueError(
                         f"traffic[{i}].{end} = {value!r} is not a container of job {self.name!r}"
                     )
-            if f.src == f.dst:
-                raise ValueError(f"traffic[{i}] goes from {f.src!r} to itself")
             if (f.src, f.dst) in seen:
                 raise ValueError(f"traffic[{i}] repeats the flow {f.src!r} -> {f.dst!r}")
             seen.add((f.src, f.dst))
@@ -187,7 +210,10 @@ class Workload(_Strict):
         gt=0,
         description="A container at or above this intensity is a devil (thesis §5.4: 4.5).",
     )
-    jobs: list[Job] = Field(min_length=1)
+    jobs: list[Job] = Field(
+        min_length=1,
+        description="Job names must be unique, and container names unique across all jobs.",
+    )
 
     @model_validator(mode="after")
     def _unique_names(self) -> Workload:
@@ -230,7 +256,11 @@ class Placement(_Strict):
     """Container name -> host name. Containers absent from it are not placed (yet)."""
 
     schema_version: Literal[1] = SCHEMA_VERSION
-    assignment: dict[Name, Name]
+    assignment: dict[Name, Name] = Field(
+        description="Checked with the cluster and workload: every key a container of the "
+        "workload, every value a host of the cluster that is not down, and no host given "
+        "more cores than it has."
+    )
     solution: Solution | None = None
 
 
@@ -271,7 +301,7 @@ class Front(_Strict):
     search: FrontSearch
     lower: ObjectiveValues
     upper: ObjectiveValues
-    points: list[FrontPoint] = Field(min_length=1)
+    points: list[FrontPoint] = Field(min_length=1, description="Point ids must be unique.")
 
     @field_validator("points")
     @classmethod
@@ -295,7 +325,9 @@ class WeightsFile(_Strict):
 
     schema_version: Literal[1] = SCHEMA_VERSION
     kind: Literal["clavis.weights"] = "clavis.weights"
-    weights: ObjectiveValues
+    weights: ObjectiveValues = Field(
+        description="None negative, and at least one of P, D, C, M positive."
+    )
     method: Literal["thesis", "inverse"]
     recommended: Literal["thesis", "inverse"]
     reason: str
