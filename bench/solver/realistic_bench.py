@@ -221,7 +221,10 @@ def run_one(
     wall = time.monotonic() - start
     code = child.returncode
     err = stderr.read_text(errors="replace").strip()
-    first = stdout.read_text(errors="replace").split("\n", 1)[0]
+    printed = stdout.read_text(errors="replace")
+    first = printed.split("\n", 1)[0]
+    # Why a turn was skipped or cut short (time, memory, model size), as solve prints it.
+    notes = [line[len("note: ") :] for line in printed.splitlines() if line.startswith("note: ")]
     f = bound = gap = seconds = None
     state = "KILLED" if code < 0 else "ERROR"
     if watch.reason:
@@ -243,7 +246,8 @@ def run_one(
         current=shape.current, weights=weights, method=method, limit=limit, exit_code=code,
         status=state, F=f, bound=bound, gap=gap, solve_seconds=seconds,
         wall_seconds=round(wall, 2), peak_rss_mib=round(usage.ru_maxrss / 1024, 1),
-        in_time=bool(in_time), message=err.splitlines()[-1][:300] if err else "",
+        in_time=bool(in_time),
+        message=err.splitlines()[-1][:300] if err else "; ".join(notes)[:300],
     )  # fmt: skip
 
 

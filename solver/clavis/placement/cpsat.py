@@ -466,7 +466,10 @@ def solve(
         bound = max(bound or 0.0, early.bound)
     elif proving and racks is not None and status != "OPTIMAL":
         left = options.time_limit - watch.elapsed
-        if left >= MIN_BOUND_SECONDS:
+        if guard.memory_left() < 0:  # RSS between turns: no new turn above the budget
+            budget = guard.memory_bytes / GIB
+            notes.append(f"rack bound skipped: resident memory above the {budget:.1f} GiB budget")
+        elif left >= MIN_BOUND_SECONDS:
             got = rack.rack_bound(
                 racks,
                 inst,
