@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from clavis_contracts.advice import AdviceFile, AdviceNode
+from clavis_contracts.advice import AdviceApp, AdviceFile, AdviceNode
 from clavis_contracts.migration import TERMINAL_STATES, MigrationStep, StepState, StepStatus
 from clavis_contracts.registration import (
     DeregisterStep,
@@ -36,6 +36,7 @@ def json_schemas() -> dict[str, dict[str, object]]:
 __all__ = [
     "SCHEMAS",
     "TERMINAL_STATES",
+    "AdviceApp",
     "AdviceFile",
     "AdviceNode",
     "ContainerSample",

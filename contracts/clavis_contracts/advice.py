@@ -1,23 +1,32 @@
 """The advice file clavisd publishes for select_clavis.so (initial placement hint).
 
-Per Slurm node (= container): the host it runs on, the host's rack and whether that
-host is contended now. The select plugin fails open: a missing, stale (older than
-``valid_s``) or malformed file changes nothing in Slurm's choice.
+Per Slurm node (= container): the host it runs on, the host's rack, whether that host is
+contended now and the class of what runs on the node. Version 2 adds ``apps``: clavisd's
+per-application class memory (ReSense, Dey et al. 2013 §2.2), keyed by the application
+key of clavis_contracts.application (``UID:NAME``), which select_clavis computes from a
+pending job's record, so a job whose application was seen as a devil before is steered
+with no ``--clavis-class``. The select plugin fails open: a missing, stale (older than
+``valid_s``) or malformed file changes nothing in Slurm's choice; it still reads version 1
+files (without ``apps``).
 """
 
 from __future__ import annotations
 
 from typing import Final, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
+from clavis_contracts.application import is_app_key
 from clavis_contracts.common import AwareDatetime, Name, Strict
 
-ADVICE_VERSION: Final = 1
+ADVICE_VERSION: Final = 2
+MAX_NODES: Final = 65536  # select_clavis refuses a longer list
+MAX_APPS: Final = 65536  # likewise; clavisd lists the most recently decided first
 
 # "contended": the host runs devils beyond its tolerance (docs/objectives.md, D);
-# "devil-free": no devil on the host; "ok": devils within tolerance; "unknown": no
-# recent report from the host.
+# "ok": devils within tolerance; "devil-free": every container on the host is measured
+# (or hinted) and none is a devil; "unknown": no recent report from the host, or a
+# container on it whose class nothing tells yet.
 Contention = Literal["devil-free", "ok", "contended", "unknown"]
 
 
@@ -27,16 +36,42 @@ class AdviceNode(Strict):
     rack: Name
     contention: Contention
     node_class: Literal["devil", "turtle", "unknown"] = Field(
-        description="Class of the job running on the node, if any."
+        description="Class of what runs in the node: the user's hint, else the measured "
+        "class; unknown when neither is known."
     )
 
 
+class AdviceApp(Strict):
+    app: str = Field(
+        min_length=3,
+        max_length=256,
+        description="Application key UID:NAME (clavis_contracts.application): the job "
+        "owner's uid and the Slurm job name.",
+    )
+    app_class: Literal["devil", "turtle"] = Field(
+        description="The class the application's last decided job had (measured, never a hint)."
+    )
+    jobs_seen: int = Field(ge=1, description="Class decisions of its jobs so far.")
+
+    @field_validator("app")
+    @classmethod
+    def _key(cls, app: str) -> str:
+        if not is_app_key(app):
+            raise ValueError(f"app {app!r} is not an application key UID:NAME")
+        return app
+
+
 class AdviceFile(Strict):
-    schema_version: Literal[1] = ADVICE_VERSION
+    schema_version: Literal[1, 2] = ADVICE_VERSION
     kind: Literal["clavis.advice"] = "clavis.advice"
     generated: AwareDatetime
     valid_s: float = Field(gt=0, description="Readers ignore the file once this old.")
-    nodes: list[AdviceNode]
+    nodes: list[AdviceNode] = Field(max_length=MAX_NODES)
+    apps: list[AdviceApp] = Field(
+        default_factory=list,
+        max_length=MAX_APPS,
+        description="Per-application class memory (schema version 2).",
+    )
 
     @field_validator("nodes")
     @classmethod
@@ -45,3 +80,17 @@ class AdviceFile(Strict):
         if len(set(names)) != len(names):
             raise ValueError("a node is listed twice")
         return nodes
+
+    @field_validator("apps")
+    @classmethod
+    def _unique_apps(cls, apps: list[AdviceApp]) -> list[AdviceApp]:
+        keys = [a.app for a in apps]
+        if len(set(keys)) != len(keys):
+            raise ValueError("an application is listed twice")
+        return apps
+
+    @model_validator(mode="after")
+    def _versioned(self) -> AdviceFile:
+        if self.schema_version == 1 and "apps" in self.model_fields_set:
+            raise ValueError("apps needs schema_version 2")
+        return self

@@ -103,6 +103,28 @@ def test_step_and_advice_checks() -> None:
         AdviceFile.model_validate(doc)
 
 
+def test_advice_version_2_carries_applications_and_version_1_stays_valid() -> None:
+    node = {"node": "n1", "host": "h1", "rack": "r1", "contention": "ok", "node_class": "devil"}
+    app = {"app": "1000:stream.sh", "app_class": "devil", "jobs_seen": 3}
+    base = {"generated": "2026-11-22T08:00:00+00:00", "valid_s": 120, "nodes": [node]}
+    adv = AdviceFile.model_validate({**base, "apps": [app]})
+    assert adv.schema_version == 2 and adv.apps[0].app == "1000:stream.sh"
+    assert AdviceFile.model_validate_json(adv.model_dump_json()) == adv
+    old = AdviceFile.model_validate({**base, "schema_version": 1})  # an older clavisd's file
+    assert old.apps == []
+    for doc, words in [
+        ({**base, "schema_version": 1, "apps": [app]}, "apps needs schema_version 2"),
+        ({**base, "apps": [app, app]}, "listed twice"),
+        ({**base, "apps": [{**app, "app": "stream.sh"}]}, "not an application key"),
+        ({**base, "apps": [{**app, "app": "01:x"}]}, "not an application key"),
+        ({**base, "apps": [{**app, "app_class": "unknown"}]}, "'devil' or 'turtle'"),
+        ({**base, "apps": [{**app, "jobs_seen": 0}]}, "greater than or equal to 1"),
+        ({**base, "schema_version": 3}, "Input should be 1 or 2"),
+    ]:
+        with pytest.raises(ValidationError, match=words):
+            AdviceFile.model_validate(doc)
+
+
 def test_signed_request_verifies_once() -> None:
     body = b'{"x": 1}'
     h = sign(SECRET, "POST", "/api/v1/reports", body, now=1000.0)

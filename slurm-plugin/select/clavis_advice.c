@@ -1,5 +1,5 @@
 /*
- * clavis_advice.c - read and check clavisd's advice file (schema v1).
+ * clavis_advice.c - read and check clavisd's advice file (schema v2, and v1).
  */
 #include "clavis_advice.h"
 
@@ -163,6 +163,60 @@ static int _node(const jv_t *v, clavis_advice_node_t *out, const char **why)
 	return 0;
 }
 
+/* An application key as clavis_contracts/application.py makes it: a decimal uid
+ * (no sign, no leading zero, at most UINT32_MAX), ':', a name of 1 to
+ * CLAVIS_APP_NAME_MAX bytes. */
+static int _app_key_ok(const char *s)
+{
+	unsigned long long uid = 0;
+	size_t i, len;
+
+	for (i = 0; s[i] >= '0' && s[i] <= '9'; i++) {
+		if (i == 10)
+			return 0;
+		uid = uid * 10 + (unsigned long long)(s[i] - '0');
+	}
+	if (!i || s[i] != ':' || (s[0] == '0' && i > 1) || uid > 4294967295ULL)
+		return 0;
+	len = strlen(s + i + 1);
+	return len >= 1 && len <= CLAVIS_APP_NAME_MAX;
+}
+
+static int _app(const jv_t *v, clavis_advice_app_t *out, const char **why)
+{
+	static const char *const keys[] = { "app", "app_class", "jobs_seen" };
+	static const char *const cls[] = { "devil", "turtle" };
+	const char *key = _str(v, "app");
+	const jv_t *seen = jv_get(v, "jobs_seen");
+	int k;
+
+	if (v->type != JV_OBJ || !_keys_ok(v, keys, 3)) {
+		*why = "an apps entry is not an object of the schema's keys";
+		return -1;
+	}
+	if (!key || !_app_key_ok(key)) {
+		*why = "an apps entry has a missing or invalid application key";
+		return -1;
+	}
+	k = _enum(_str(v, "app_class"), cls, 2);
+	if (k < 0 || !seen || seen->type != JV_NUM || !(seen->num >= 1)) {
+		*why = "an apps entry has an invalid app_class or jobs_seen";
+		return -1;
+	}
+	out->app_class = k == 0 ? ADV_CLASS_DEVIL : ADV_CLASS_TURTLE;
+	if (!(out->key = strdup(key))) {
+		*why = "out of memory";
+		return -1;
+	}
+	return 0;
+}
+
+static int _by_key(const void *a, const void *b)
+{
+	return strcmp(((const clavis_advice_app_t *)a)->key,
+		      ((const clavis_advice_app_t *)b)->key);
+}
+
 static int _by_name(const void *a, const void *b)
 {
 	return strcmp(((const clavis_advice_node_t *)a)->node,
@@ -210,17 +264,23 @@ static int _mark_devil_hosts(clavis_advice_t *adv)
 static int _header(const jv_t *doc, clavis_advice_t *out, const char **why)
 {
 	static const char *const keys[] = { "schema_version", "kind", "generated",
-					    "valid_s", "nodes" };
+					    "valid_s", "nodes", "apps" };
 	const jv_t *ver = jv_get(doc, "schema_version");
 	const jv_t *valid = jv_get(doc, "valid_s");
 	const char *kind = _str(doc, "kind"), *gen = _str(doc, "generated");
 
-	if (doc->type != JV_OBJ || !_keys_ok(doc, keys, 5)) {
+	if (doc->type != JV_OBJ || !_keys_ok(doc, keys, 6)) {
 		*why = "not an object of the schema's keys";
 		return -1;
 	}
-	if (ver && (ver->type != JV_NUM || ver->num != 1)) {
-		*why = "schema_version is not 1";
+	/* absent: the contract's default, the current version */
+	if (ver && (ver->type != JV_NUM || (ver->num != 1 && ver->num != 2))) {
+		*why = "schema_version is not 1 or 2";
+		return -1;
+	}
+	out->version = ver ? (int)ver->num : 2;
+	if (out->version == 1 && jv_get(doc, "apps")) {
+		*why = "apps needs schema_version 2";
 		return -1;
 	}
 	if (jv_get(doc, "kind") && (!kind || strcmp(kind, "clavis.advice"))) {
@@ -236,6 +296,36 @@ static int _header(const jv_t *doc, clavis_advice_t *out, const char **why)
 		return -1;
 	}
 	out->valid_s = valid->num;
+	return 0;
+}
+
+/* The optional list of applications (v2), sorted by key. RET 0 or -1. */
+static int _apps(const jv_t *apps, clavis_advice_t *out, const char **why)
+{
+	size_t i;
+
+	if (!apps)
+		return 0;
+	if (apps->type != JV_ARR || apps->n > CLAVIS_ADVICE_MAX_APPS) {
+		*why = "apps is not a list, or too long";
+		return -1;
+	}
+	if (apps->n && !(out->apps = calloc(apps->n, sizeof(*out->apps)))) {
+		*why = "out of memory";
+		return -1;
+	}
+	for (i = 0; i < apps->n; i++, out->n_apps++)
+		if (_app(&apps->items[i], &out->apps[i], why) < 0) {
+			out->n_apps++; /* free what was duplicated */
+			return -1;
+		}
+	if (out->n_apps)
+		qsort(out->apps, out->n_apps, sizeof(*out->apps), _by_key);
+	for (i = 1; i < out->n_apps; i++)
+		if (!strcmp(out->apps[i - 1].key, out->apps[i].key)) {
+			*why = "an application is listed twice";
+			return -1;
+		}
 	return 0;
 }
 
@@ -266,7 +356,8 @@ int clavis_advice_parse(const char *text, size_t len, clavis_advice_t *out,
 			out->n++; /* free what was duplicated */
 			goto fail;
 		}
-	qsort(out->nodes, out->n, sizeof(*out->nodes), _by_name);
+	if (out->n) /* qsort's base must not be NULL, even for no items */
+		qsort(out->nodes, out->n, sizeof(*out->nodes), _by_name);
 	for (i = 1; i < out->n; i++)
 		if (!strcmp(out->nodes[i - 1].node, out->nodes[i].node)) {
 			*why = "a node is listed twice";
@@ -276,6 +367,8 @@ int clavis_advice_parse(const char *text, size_t len, clavis_advice_t *out,
 		*why = "out of memory";
 		goto fail;
 	}
+	if (_apps(jv_get(&doc, "apps"), out, why) < 0)
+		goto fail;
 	jv_free(&doc);
 	return 0;
 fail:
@@ -294,6 +387,9 @@ void clavis_advice_free(clavis_advice_t *adv)
 		free(adv->nodes[i].rack);
 	}
 	free(adv->nodes);
+	for (i = 0; i < adv->n_apps; i++)
+		free(adv->apps[i].key);
+	free(adv->apps);
 	memset(adv, 0, sizeof(*adv));
 }
 
@@ -313,6 +409,33 @@ const clavis_advice_node_t *clavis_advice_find(const clavis_advice_t *adv,
 		return NULL;
 	return bsearch(&key, adv->nodes, adv->n, sizeof(*adv->nodes),
 		       _by_name);
+}
+
+const clavis_advice_app_t *clavis_advice_find_app(const clavis_advice_t *adv,
+						  const char *key)
+{
+	clavis_advice_app_t probe = { .key = (char *)key };
+
+	if (!adv->n_apps)
+		return NULL;
+	return bsearch(&probe, adv->apps, adv->n_apps, sizeof(*adv->apps),
+		       _by_key);
+}
+
+int clavis_app_key(char *buf, size_t size, unsigned long uid, const char *name)
+{
+	size_t len;
+	int n;
+
+	if (!name || uid > 4294967295UL)
+		return -1;
+	len = strlen(name);
+	if (len < 1 || len > CLAVIS_APP_NAME_MAX)
+		return -1;
+	n = snprintf(buf, size, "%lu:%s", uid, name);
+	if (n < 0 || (size_t)n >= size)
+		return -1;
+	return 0;
 }
 
 int clavis_advice_host_has_devil(const clavis_advice_t *adv, const char *host)

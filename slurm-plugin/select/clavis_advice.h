@@ -1,7 +1,8 @@
 /*
- * clavis_advice.h - clavisd's advice file (docs/clavisd.md, advice.schema.json v1)
- * read for select_clavis.so: bounded, non-blocking, cached by the file's identity.
- * Independent of Slurm, so the parser can be tested with garbage on its own.
+ * clavis_advice.h - clavisd's advice file (docs/clavisd.md, advice.schema.json v2;
+ * v1 files, without applications, are read too) for select_clavis.so: bounded,
+ * non-blocking, cached by the file's identity. Independent of Slurm, so the parser
+ * can be tested with garbage on its own.
  */
 #ifndef CLAVIS_ADVICE_H
 #define CLAVIS_ADVICE_H
@@ -12,6 +13,11 @@
 
 #define CLAVIS_ADVICE_MAX_BYTES_DEFAULT (4 << 20) /* ~20000 nodes */
 #define CLAVIS_ADVICE_MAX_NODES 65536
+#define CLAVIS_ADVICE_MAX_APPS 65536
+/* the application key UID ":" NAME (clavis_contracts/application.py): NAME at most
+ * this many bytes, UID at most 10 digits; a buffer of CLAVIS_APP_KEY_SIZE holds any */
+#define CLAVIS_APP_NAME_MAX 240
+#define CLAVIS_APP_KEY_SIZE (10 + 1 + CLAVIS_APP_NAME_MAX + 1)
 
 typedef enum {
 	ADV_UNKNOWN = 0,
@@ -31,11 +37,20 @@ typedef struct {
 	int host_has_devil; /* derived: clavis_advice_host_has_devil(host) */
 } clavis_advice_node_t;
 
+/* clavisd's remembered class of one application (schema v2) */
 typedef struct {
+	char *key; /* UID:NAME */
+	clavis_class_t app_class; /* devil or turtle */
+} clavis_advice_app_t;
+
+typedef struct {
+	int version; /* 1 or 2 */
 	double generated; /* seconds since the epoch */
 	double valid_s;
 	size_t n;
 	clavis_advice_node_t *nodes; /* sorted by node name */
+	size_t n_apps;
+	clavis_advice_app_t *apps; /* sorted by key; none in a v1 file */
 } clavis_advice_t;
 
 /* Parse a document. RET 0, or -1 with a static reason in *why. */
@@ -50,6 +65,17 @@ int clavis_advice_fresh(const clavis_advice_t *adv, double now);
 /* The entry of node `name`, or NULL (binary search). */
 const clavis_advice_node_t *clavis_advice_find(const clavis_advice_t *adv,
 					       const char *name);
+
+/* The remembered class of application `key`, or NULL (binary search). */
+const clavis_advice_app_t *clavis_advice_find_app(const clavis_advice_t *adv,
+						  const char *key);
+
+/*
+ * The application key of a job owned by `uid` and named `name` into `buf` (size
+ * CLAVIS_APP_KEY_SIZE). RET 0, or -1 when the job has no key (no or empty name, a
+ * name longer than CLAVIS_APP_NAME_MAX bytes: never truncated, as in Python).
+ */
+int clavis_app_key(char *buf, size_t size, unsigned long uid, const char *name);
 
 /* RET 1 if some node of `host` runs a devil or the host is ok/contended. */
 int clavis_advice_host_has_devil(const clavis_advice_t *adv, const char *host);

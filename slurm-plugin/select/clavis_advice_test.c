@@ -2,10 +2,12 @@
  * clavis_advice_test.c - drive the advice reader from the command line, for
  * slurm-plugin/tests (garbage, limits, staleness, the cache).
  *
- *   clavis_advice_test parse FILE NOW        one line per node, or "refused: WHY"
+ *   clavis_advice_test parse FILE NOW        one line per node, then "v2 apps N" and one
+ *                                            line per application, or "refused: WHY"
  *   clavis_advice_test load FILE NOW MAX [N] the cached loader N times (default 1):
  *                                            "advice N nodes (read R times)" or "none: WHY"
  *   clavis_advice_test rfc3339 TEXT          seconds since the epoch, or "bad"
+ *   clavis_advice_test key UID NAME          the application key, or "none"
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +49,12 @@ static int _parse(const char *path, double now)
 		       cont[adv.nodes[i].contention], cls[adv.nodes[i].node_class],
 		       adv.nodes[i].host_has_devil);
 	}
+	printf("v%d apps %zu\n", adv.version, adv.n_apps);
+	for (i = 0; i < adv.n_apps; i++) {
+		if (clavis_advice_find_app(&adv, adv.apps[i].key) != &adv.apps[i])
+			return 4;
+		printf("%s %s\n", adv.apps[i].key, cls[adv.apps[i].app_class]);
+	}
 	clavis_advice_free(&adv);
 	free(text);
 	return 0;
@@ -73,6 +81,17 @@ static int _load(char **argv, int argc)
 	return 0;
 }
 
+static int _key(const char *uid, const char *name)
+{
+	char key[CLAVIS_APP_KEY_SIZE];
+
+	if (clavis_app_key(key, sizeof(key), strtoul(uid, NULL, 10), name) < 0)
+		printf("none\n");
+	else
+		printf("%s\n", key);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	double t;
@@ -81,6 +100,8 @@ int main(int argc, char **argv)
 		return _parse(argv[2], atof(argv[3]));
 	if (argc >= 5 && !strcmp(argv[1], "load"))
 		return _load(argv, argc);
+	if (argc == 4 && !strcmp(argv[1], "key"))
+		return _key(argv[2], argv[3]);
 	if (argc == 3 && !strcmp(argv[1], "rfc3339")) {
 		if (clavis_rfc3339(argv[2], &t) < 0)
 			printf("bad\n");

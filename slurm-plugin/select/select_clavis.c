@@ -3,17 +3,21 @@
  *
  * Every select call is forwarded to select/cons_tres, loaded through Slurm's plugin
  * API with the symbol table of clavis_slurm_compat.h, checked at init(). Only
- * select_p_job_test in SELECT_MODE_RUN_NOW is changed: with fresh, valid advice a job
- * hinted devil (sbatch --clavis-class=devil, which spank_clavis.so puts in the job's
- * SPANK job control environment as CLAVIS_CLASS) first tries the nodes whose host runs
- * no devil, and a multi-node job first tries the rack with the most usable nodes.
+ * select_p_job_test in SELECT_MODE_RUN_NOW is changed: with fresh, valid advice a
+ * devil job first tries the nodes whose host runs no devil, and a multi-node job first
+ * tries the rack with the most usable nodes. A job is a devil by its hint (sbatch
+ * --clavis-class=devil|turtle, which spank_clavis.so puts in the job's SPANK job
+ * control environment as CLAVIS_CLASS: an override), else by the class clavisd
+ * remembers for its application, the key "UID:NAME" of the job's user id and name
+ * (the advice's "apps", schema v2).
  * Whenever the narrowed set cannot place the job, cons_tres gets the unmodified set:
  * no job waits that stock Slurm would have started. Missing, stale, corrupt or huge
  * advice is logged once per change and leaves every call as cons_tres.
  *
- * The advice file is read only from the job test of a devil-hinted or multi-node
- * job, only when its (inode, size, mtime) changed, at most AdviceMaxBytes, with a
- * non-blocking open of a regular file: a local file read at worst, no network I/O.
+ * The advice file is read from the job test of every job but a turtle-hinted
+ * single-node one, only when its (inode, size, mtime) changed (else an open and an
+ * fstat), at most AdviceMaxBytes, with a non-blocking open of a regular file: a local
+ * file read at worst, no network I/O.
  *
  * Configuration, select_clavis.conf beside slurm.conf (optional):
  *   AdvicePath=/run/clavis/advice.json
@@ -149,14 +153,38 @@ static const clavis_advice_t *_advice(void)
 	return adv;
 }
 
-static int _job_is_devil(job_record_t *job_ptr)
+/* The user's hint: CLAVIS_CLASS=devil|turtle in the job's SPANK job environment. */
+static clavis_class_t _job_hint(job_record_t *job_ptr)
 {
 	uint32_t i;
 
-	for (i = 0; i < job_ptr->spank_job_env_size; i++)
+	for (i = 0; i < job_ptr->spank_job_env_size; i++) {
 		if (!xstrcmp(job_ptr->spank_job_env[i], CLASS_ENV "devil"))
-			return 1;
-	return 0;
+			return ADV_CLASS_DEVIL;
+		if (!xstrcmp(job_ptr->spank_job_env[i], CLASS_ENV "turtle"))
+			return ADV_CLASS_TURTLE;
+	}
+	return ADV_CLASS_UNKNOWN;
+}
+
+/* RET 1 if the job is treated as a devil: by its hint when it has one, else by the
+ * class the advice remembers for its application (user id and job name). */
+static int _job_is_devil(const clavis_advice_t *adv, job_record_t *job_ptr,
+			 clavis_class_t hint)
+{
+	char key[CLAVIS_APP_KEY_SIZE];
+	const clavis_advice_app_t *app;
+
+	if (hint != ADV_CLASS_UNKNOWN)
+		return hint == ADV_CLASS_DEVIL;
+	if (clavis_app_key(key, sizeof(key), job_ptr->user_id, job_ptr->name) < 0)
+		return 0;
+	if (!(app = clavis_advice_find_app(adv, key)))
+		return 0;
+	log_flag(SELECT_TYPE, "%s: %pJ: application %s remembered as %s",
+		 plugin_type, job_ptr, key,
+		 app->app_class == ADV_CLASS_DEVIL ? "devil" : "turtle");
+	return app->app_class == ADV_CLASS_DEVIL;
 }
 
 /* Clear from `bm` the nodes whose host runs a devil by the advice. */
@@ -228,15 +256,19 @@ static int _keep_best_rack(const clavis_advice_t *adv, bitstr_t *bm,
 static bitstr_t *_advised(job_record_t *job_ptr, bitstr_t *bitmap,
 			  uint32_t min_nodes)
 {
-	int devil = _job_is_devil(job_ptr), narrowed = 0;
+	clavis_class_t hint = _job_hint(job_ptr);
 	const clavis_advice_t *adv;
+	int devil, narrowed = 0;
 	bitstr_t *bm;
 
-	/* the advice has nothing to say about an unhinted single-node job: not even
-	 * the fstat of the file is spent on it */
-	if (!devil && min_nodes < 2)
+	/* the advice has nothing to say about a turtle-hinted single-node job: not
+	 * even the fstat of the file is spent on it */
+	if (hint == ADV_CLASS_TURTLE && min_nodes < 2)
 		return NULL;
 	if (!(adv = _advice()))
+		return NULL;
+	devil = _job_is_devil(adv, job_ptr, hint);
+	if (!devil && min_nodes < 2)
 		return NULL;
 	bm = bit_copy(bitmap);
 	if (devil) {

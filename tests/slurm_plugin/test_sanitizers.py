@@ -47,6 +47,13 @@ def test_advice_reader_on_garbage(san_build: Path, tmp_path: Path) -> None:
         b'"valid_s":180,"nodes":[{"node":"n2","host":"h","rack":"r","contention":"ok",'
         b'"node_class":"devil"},{"node":"n1","host":"h","rack":"r","contention":"ok",'
         b'"node_class":"unknown"}]}',
+        b'{"schema_version":2,"kind":"clavis.advice","generated":"2026-11-22T19:45:05Z",'
+        b'"valid_s":180,"nodes":[],"apps":[{"app":"1000:b","app_class":"devil","jobs_seen":1},'
+        b'{"app":"0:a","app_class":"turtle","jobs_seen":2},{"app":"1000:b","app_class":'
+        b'"devil","jobs_seen":1}]}',
+        b'{"schema_version":2,"generated":"2026-11-22T19:45:05Z","valid_s":1,"nodes":[],'
+        b'"apps":[{"app":"0:a","app_class":"devil","jobs_seen":1},{"app":"1:"}]}',
+        b'{"schema_version":2,"generated":"2026-11-22T19:45:05Z","valid_s":1,"nodes":[],"apps":[]}',
         b'"\\u12',
         b"1e",
         *(os.urandom(n) for n in (1, 7, 100, 5000)),
@@ -58,6 +65,8 @@ def test_advice_reader_on_garbage(san_build: Path, tmp_path: Path) -> None:
             assert cp.returncode == 0, (data[:40], cp.stderr[-3000:])
     for text in ("2026-11-22T19:45:05.123456789+05:30", "9999-99-99T99:99:99Z", "x" * 40):
         assert run(drv, "rfc3339", text).returncode == 0
+    for uid, name in (("0", "x" * 240), ("4294967295", "é" * 120), ("1", ""), ("9" * 30, "a")):
+        assert run(drv, "key", uid, name).returncode == 0
 
 
 def test_request_builder_on_garbage(san_build: Path, tmp_path: Path) -> None:

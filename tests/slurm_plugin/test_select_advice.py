@@ -1,7 +1,9 @@
 """select_clavis.so's advice reader on its own (build/clavis_advice_test): what clavisd
-writes is read as written, garbage of every shape is refused with a reason, the size
-limit and the staleness rule hold, a file is parsed again only when it changes, and the
-source script refuses a Slurm tree of another version."""
+writes is read as written (schema v2 with its applications, and v1 files of an older
+clavisd), garbage of every shape is refused with a reason, the size limit and the
+staleness rule hold, a file is parsed again only when it changes, the application key
+is made as the contract makes it, and the source script refuses a Slurm tree of another
+version."""
 
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from clavis_contracts.advice import AdviceFile, AdviceNode
+from clavis_contracts.advice import AdviceApp, AdviceFile, AdviceNode
+from clavis_contracts.application import MAX_NAME_BYTES, app_key
 
 from .minicluster import BUILD, REPO, slurm_available
 
@@ -59,6 +62,11 @@ def contract_advice(generated: float = NOW) -> str:
                 node="r2h2c1", host="r2h2", rack="r2", contention="unknown", node_class="unknown"
             ),
         ],
+        apps=[
+            AdviceApp(app="1000:stream.sh", app_class="devil", jobs_seen=3),
+            AdviceApp(app="0:sbatch", app_class="turtle", jobs_seen=1),
+            AdviceApp(app="1000:my job é", app_class="devil", jobs_seen=1),
+        ],
     )
     return doc.model_dump_json()
 
@@ -72,10 +80,35 @@ def test_reads_what_clavisd_writes(tmp_path: Path) -> None:
         "r1h1c2 r1h1 r1 ok devil 1",
         "r2h1c1 r2h1 r2 devil-free turtle 0",
         "r2h2c1 r2h2 r2 unknown unknown 0",
+        "v2 apps 3",  # sorted by key, byte by byte
+        "0:sbatch turtle",
+        "1000:my job é devil",
+        "1000:stream.sh devil",
     ]
     # pretty-printed the same
     f.write_text(json.dumps(json.loads(contract_advice()), indent=4))
     assert drive("parse", str(f), str(NOW)).startswith("fresh 4\n")
+
+
+def test_reads_a_version_1_file_of_an_older_clavisd(tmp_path: Path) -> None:
+    f = tmp_path / "advice.json"
+    doc = {**json.loads(contract_advice()), "schema_version": 1}
+    del doc["apps"]
+    f.write_text(json.dumps(doc))
+    out = drive("parse", str(f), str(NOW)).splitlines()
+    assert out[0] == "fresh 4" and out[-1] == "v1 apps 0"
+
+
+def test_application_key_is_the_contracts() -> None:
+    """The key select_clavis makes from a job record equals clavis_contracts'."""
+    names = ["stream.sh", "my job é", "a:b", "x" * MAX_NAME_BYTES, "x" * (MAX_NAME_BYTES + 1),
+             "é" * (MAX_NAME_BYTES // 2), "é" * (MAX_NAME_BYTES // 2 + 1), ""]  # fmt: skip
+    for uid in (0, 1000, 4294967295):
+        for name in names:
+            want = app_key(uid, name)
+            got = drive("key", str(uid), name).rstrip("\n")
+            assert got == (want if want is not None else "none"), (uid, name)
+    assert drive("key", "4294967296", "x") == "none\n"
 
 
 def test_staleness(tmp_path: Path) -> None:
@@ -106,6 +139,11 @@ def variant(**changes: object) -> bytes:
     return json.dumps({k: v for k, v in doc.items() if v is not None}).encode()
 
 
+def app(**changes: object) -> bytes:
+    a = {**GOOD["apps"][0], **changes}
+    return variant(apps=[GOOD["apps"][1], {k: v for k, v in a.items() if v is not None}])
+
+
 def node(**changes: object) -> bytes:
     n = {**GOOD["nodes"][0], **changes}
     return variant(nodes=[{k: v for k, v in n.items() if v is not None}])
@@ -120,7 +158,25 @@ def node(**changes: object) -> bytes:
         (b'{"a":1}', "not an object of the schema's keys"),
         (b"{" + contract_advice().encode()[1:] + b"}", "trailing data"),
         (contract_advice().encode()[:-1], "expected"),
-        (variant(schema_version=2), "schema_version is not 1"),
+        (variant(schema_version=3), "schema_version is not 1 or 2"),
+        (variant(schema_version=1), "apps needs schema_version 2"),
+        (variant(apps={}), "apps is not a list"),
+        (variant(apps=[1]), "apps entry is not an object"),
+        (app(extra=1), "apps entry is not an object"),
+        (app(app=None), "invalid application key"),
+        (app(app="1000"), "invalid application key"),
+        (app(app="01:x"), "invalid application key"),
+        (app(app="-1:x"), "invalid application key"),
+        (app(app=":x"), "invalid application key"),
+        (app(app="1:"), "invalid application key"),
+        (app(app="4294967296:x"), "invalid application key"),
+        (app(app="12345678901:x"), "invalid application key"),
+        (app(app="1:" + "x" * 241), "invalid application key"),
+        (app(app=7), "invalid application key"),
+        (app(app_class="unknown"), "invalid app_class or jobs_seen"),
+        (app(jobs_seen=0), "invalid app_class or jobs_seen"),
+        (app(jobs_seen="3"), "invalid app_class or jobs_seen"),
+        (variant(apps=[GOOD["apps"][0], GOOD["apps"][0]]), "application is listed twice"),
         (variant(kind="other"), "kind is not clavis.advice"),
         (variant(generated="2026-11-22T19:45:05"), "generated"),
         (variant(generated=None), "generated"),
@@ -177,8 +233,8 @@ def test_random_bytes_never_crash(tmp_path: Path) -> None:
 
 def test_size_limit_and_file_kinds(tmp_path: Path) -> None:
     f = tmp_path / "advice.json"
-    data = contract_advice()
-    f.write_text(data)
+    data = contract_advice().encode()  # the limit is in bytes (an app name is UTF-8)
+    f.write_bytes(data)
     assert drive("load", str(f), str(NOW), str(len(data))).startswith("advice 4 nodes")
     assert drive("load", str(f), str(NOW), str(len(data) - 1)) == (
         "none: larger than its size limit (read 0 times)\n"

@@ -144,6 +144,30 @@ def test_devil_avoids_hosts_running_a_devil(clavis: MiniCluster) -> None:
     assert "placed on advised nodes" in clavis.log()
 
 
+def test_an_application_remembered_as_a_devil_avoids_devil_hosts(clavis: MiniCluster) -> None:
+    """No --clavis-class: the job's user id and name find its application's class in the
+    advice (schema v2); a hint still overrides it; other applications place as stock."""
+    uid = os.getuid()  # sbatch runs as this user here
+    doc = {**advice_doc({"n1": "devil"}), "schema_version": 2, "apps": [
+        {"app": f"{uid}:stream.sh", "app_class": "devil", "jobs_seen": 2},
+        {"app": f"{uid}:calm.sh", "app_class": "turtle", "jobs_seen": 5},
+    ]}  # fmt: skip
+    clavis.advice.write_text(json.dumps(doc))
+    job = clavis.submit("-N1", "--job-name=stream.sh")
+    assert clavis.placed(job) in ("n3", "n4")  # stock: n1
+    assert f"application {uid}:stream.sh remembered as devil" in clavis.log()
+    clavis.cancel_all()
+    for opts in (("--job-name=stream.sh", "--clavis-class=turtle"), ("--job-name=calm.sh",),
+                 ("--job-name=other.sh",)):  # fmt: skip
+        job = clavis.submit("-N1", *opts)
+        assert clavis.placed(job) == "n1", opts  # where cons_tres puts it
+        clavis.cancel_all()
+    # The same file as an older clavisd wrote it (v1, no applications): as stock.
+    clavis.advice.write_text(json.dumps(advice_doc({"n1": "devil"})))
+    job = clavis.submit("-N1", "--job-name=stream.sh")
+    assert clavis.placed(job) == "n1"
+
+
 def test_devil_runs_where_stock_would_when_advice_leaves_no_room(clavis: MiniCluster) -> None:
     clavis.advice.write_text(json.dumps(advice_doc({"n1": "devil", "n3": "devil"})))
     # every host runs a devil: the advised set is empty, the job runs at once anyway

@@ -1,16 +1,20 @@
 """The advice file for select_clavis.so: per Slurm node its host, rack, contention and
-class.
+class, and per application its remembered class.
 
 Written with an atomic rename, so the plugin reads the old file or the new one, never
 half of one. Contention per host follows D's definition (docs/objectives.md) through the
 one evaluator; a host without a recent report is "unknown", and so is a host without
 devils that holds a container of unknown class (nothing measured, no hint, no memory):
 "devil-free" is said only of hosts whose every container is known not to be a devil.
+The applications are clavisd's per-application memory (``app_classes``) whose key is an
+application key UID:NAME (the only ones select_clavis can match to a pending job), most
+recently decided first, at most ``MAX_APPS``.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -18,11 +22,26 @@ from clavis.documents import InputError, write_json_atomic
 from clavis.instance import build_instance
 from clavis.objectives import contended_hosts
 from clavis.service.snapshot import Snapshot
-from clavis_contracts import AdviceFile, AdviceNode
-from clavis_contracts.advice import Contention
+from clavis_contracts import AdviceApp, AdviceFile, AdviceNode
+from clavis_contracts.advice import MAX_APPS, Contention
+from clavis_contracts.application import is_app_key
 
 
-def build(snap: Snapshot, now: float, valid_s: float) -> AdviceFile:
+def applications(rows: Iterable[Mapping[str, Any]]) -> list[AdviceApp]:
+    """The advice's applications from ``app_classes`` rows given newest first: keys that
+    are application keys, with a class, at most MAX_APPS."""
+    out: list[AdviceApp] = []
+    for r in rows:
+        if len(out) == MAX_APPS:
+            break
+        if r["klass"] in ("devil", "turtle") and is_app_key(r["app"]):
+            out.append(AdviceApp(app=r["app"], app_class=r["klass"],
+                                 jobs_seen=max(1, int(r["jobs_seen"]))))  # fmt: skip
+    return out
+
+
+def build(snap: Snapshot, now: float, valid_s: float,
+          apps: Iterable[AdviceApp] = ()) -> AdviceFile:  # fmt: skip
     racks = {h.name: h.rack for h in snap.cluster.hosts}
     stale = {h.name for h in snap.cluster.hosts if h.state != "up"}
     state: dict[str, Contention] = {}
@@ -53,7 +72,7 @@ def build(snap: Snapshot, now: float, valid_s: float) -> AdviceFile:
         if host in racks
     ]  # fmt: skip
     return AdviceFile(generated=dt.datetime.fromtimestamp(now, dt.UTC), valid_s=valid_s,
-                      nodes=nodes)  # fmt: skip
+                      nodes=nodes, apps=list(apps))  # fmt: skip
 
 
 def publish(path: Path, advice: AdviceFile, mode: int = 0o600, gid: int | None = None) -> None:

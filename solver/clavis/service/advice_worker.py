@@ -31,7 +31,8 @@ def build_document(store: Store, cluster: Cluster, now: float, *, fresh_s: float
         power_models=store.power_models(), now=now, fresh_s=fresh_s,
         threshold_mpki=classify.devil_threshold_mpki, host_thresholds=classify.host_thresholds,
     )  # fmt: skip
-    return advice.build(snap, now, valid_s).model_dump(mode="json")
+    apps = advice.applications(store.app_class_rows())
+    return advice.build(snap, now, valid_s, apps).model_dump(mode="json")
 
 
 def _child(

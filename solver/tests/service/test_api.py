@@ -210,7 +210,7 @@ def test_advice_file(client: TestClient, clavisd: Clavisd) -> None:
     contended(client)
     clavisd.publish_advice()
     doc = json.loads(clavisd.config.advice.path.read_text())
-    assert doc["kind"] == "clavis.advice" and doc["schema_version"] == 1
+    assert doc["kind"] == "clavis.advice" and doc["schema_version"] == 2
     nodes = {n["node"]: n for n in doc["nodes"]}
     assert nodes["a1"] == {"node": "a1", "host": "h1", "rack": "r1", "contention": "contended",
                            "node_class": "devil"}  # fmt: skip

@@ -138,3 +138,33 @@ def test_migration_3_adds_the_hint_column_to_an_older_store(tmp_path: Path) -> N
     (c,) = store.containers()
     assert (c["klass"], c["class_hint"]) == ("devil", None)
     store.close()
+
+
+def test_the_application_memory_reaches_the_advice(client: TestClient, clavisd: Clavisd) -> None:
+    """A job of application 1000:stream.sh measured a devil (7 of 10), another measured a
+    turtle: both are in the advice's apps (schema 2), keyed as select_clavis keys a
+    pending job; keys that are no application key (a job id fallback) are left out."""
+    t0 = time.time() - 30
+    for i in range(8):
+        cs = [container("n1", job="11", mpki=20.0, app="1000:stream.sh"),
+              container("n2", job="12", mpki=1.0, app="1000:calm.sh"),
+              container("n3", job="13", mpki=20.0)]  # fmt: skip
+        assert post_report(client, report("h1", cs, ts=t0 + i)).status_code == 202
+    assert clavisd.store.app_classes() == {
+        "1000:stream.sh": "devil", "1000:calm.sh": "turtle", "13": "devil"}  # fmt: skip
+    clavisd.publish_advice()
+    doc = json.loads(Path(clavisd.config.advice.path).read_text())
+    assert doc["schema_version"] == 2
+    assert sorted((a["app"], a["app_class"], a["jobs_seen"]) for a in doc["apps"]) == [
+        ("1000:calm.sh", "turtle", 1), ("1000:stream.sh", "devil", 1)]  # fmt: skip
+    # A later job of calm.sh turns out a devil: the advice follows (rebuilt for it).
+    for i in range(8):
+        c = container("n2", job="14", mpki=20.0, app="1000:calm.sh")
+        assert post_report(client, report("h1", [c], ts=t0 + 10 + i)).status_code == 202
+    clavisd.publish_advice()
+    doc = json.loads(Path(clavisd.config.advice.path).read_text())
+    apps = {a["app"]: (a["app_class"], a["jobs_seen"]) for a in doc["apps"]}
+    # jobs_seen counts class decisions: job 14 started as the remembered turtle, then
+    # its votes made it a devil.
+    assert apps["1000:calm.sh"] == ("devil", 3)
+    assert doc["apps"][0]["app"] == "1000:calm.sh"  # most recently decided first
