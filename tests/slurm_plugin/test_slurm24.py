@@ -7,6 +7,7 @@ monitor's real registry server and refuses a bad --clavis-class at submission.""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import tempfile
 import time
@@ -88,6 +89,13 @@ def test_select_over_cons_tres_on_24_11(root24: Path, workdir: Path) -> None:
         c.advice.write_text(json.dumps(advice_doc({"n1": "devil"})))
         job = c.submit("-N1", "--clavis-class=devil")
         assert c.placed(job) in ("n3", "n4")
+        c.cancel_all()
+        # No hint: the application remembered as a devil (advice schema 2), by the job's
+        # user id and name as 24.11's job record has them.
+        doc = {**advice_doc({"n1": "devil"}), "schema_version": 2, "apps": [
+            {"app": f"{os.getuid()}:stream.sh", "app_class": "devil", "jobs_seen": 1}]}  # fmt: skip
+        c.advice.write_text(json.dumps(doc))
+        assert c.placed(c.submit("-N1", "--job-name=stream.sh")) in ("n3", "n4")
         c.cancel_all()
         c.advice.write_bytes(b"[" * 100_000)
         assert c.placed(c.submit("-N1", "--clavis-class=devil")) == "n1"
