@@ -8,15 +8,16 @@ devils that holds a container of unknown class (nothing measured, no hint, no me
 "devil-free" is said only of hosts whose every container is known not to be a devil.
 The applications are clavisd's per-application memory (``app_classes``) whose key is an
 application key UID:NAME (the only ones select_clavis can match to a pending job), most
-recently decided first, at most ``MAX_APPS``.
+recently decided first, as many as fit in ``ADVICE_APPS_BYTES``.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from clavis.documents import InputError, write_json_atomic
 from clavis.instance import build_instance
@@ -26,15 +27,32 @@ from clavis_contracts import AdviceApp, AdviceFile, AdviceNode
 from clavis_contracts.advice import MAX_APPS, Contention
 from clavis_contracts.application import is_app_key
 
+# The applications' share of the file: with 20,000 nodes (about 2 MB) the file stays under
+# select_clavis's default AdviceMaxBytes (4 MiB), over which the plugin would ignore all
+# of it. Typical entries take about 75 bytes (some 20,000 applications); the longest
+# (240-byte job names) about 300. An application not among the newest that fit is
+# placed as a new one.
+ADVICE_APPS_BYTES: Final = 1_500_000
+# One entry as json.dumps writes it, but its key's string: the longest class, a jobs_seen
+# of 12 digits, the ", " before the next one.
+_ENTRY_BYTES: Final = len(json.dumps({"app": "", "app_class": "turtle", "jobs_seen": 10**11})) + 2
 
-def applications(rows: Iterable[Mapping[str, Any]]) -> list[AdviceApp]:
+
+def applications(
+    rows: Iterable[Mapping[str, Any]], budget: int = ADVICE_APPS_BYTES
+) -> list[AdviceApp]:
     """The advice's applications from ``app_classes`` rows given newest first: keys that
-    are application keys, with a class, at most MAX_APPS."""
+    are application keys, with a class, while they fit in ``budget`` bytes of JSON (and
+    the contract's MAX_APPS)."""
     out: list[AdviceApp] = []
     for r in rows:
         if len(out) == MAX_APPS:
             break
         if r["klass"] in ("devil", "turtle") and is_app_key(r["app"]):
+            # as written: json.dumps escapes every non-ASCII character
+            budget -= _ENTRY_BYTES + len(json.dumps(r["app"]))
+            if budget < 0:
+                break
             out.append(AdviceApp(app=r["app"], app_class=r["klass"],
                                  jobs_seen=max(1, int(r["jobs_seen"]))))  # fmt: skip
     return out

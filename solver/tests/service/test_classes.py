@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
 
 from clavis.service import tables as t
+from clavis.service.advice import ADVICE_APPS_BYTES, applications
 from clavis.service.daemon import Clavisd
 from clavis.service.store import Store
 
@@ -168,3 +169,21 @@ def test_the_application_memory_reaches_the_advice(client: TestClient, clavisd: 
     # its votes made it a devil.
     assert apps["1000:calm.sh"] == ("devil", 3)
     assert doc["apps"][0]["app"] == "1000:calm.sh"  # most recently decided first
+
+
+def test_the_advice_lists_the_newest_applications_that_fit() -> None:
+    rows = [{"app": f"1000:job{i}.sh", "klass": "devil" if i % 2 else "turtle",
+             "jobs_seen": i + 1, "updated": 100.0 - i} for i in range(10)]  # fmt: skip
+    rows.insert(3, {"app": "slurm_script", "klass": "devil", "jobs_seen": 1, "updated": 99.5})
+    rows.insert(5, {"app": "1000:open", "klass": None, "jobs_seen": 1, "updated": 99.4})
+    got = applications(rows, budget=4 * 80)  # about 75 bytes each
+    assert [(a.app, a.app_class) for a in got] == [
+        ("1000:job0.sh", "turtle"), ("1000:job1.sh", "devil"), ("1000:job2.sh", "turtle"),
+        ("1000:job3.sh", "devil")]  # fmt: skip
+    # Longest names, non-ASCII (escaped when written): the list as written stays within
+    # the budget, so the file stays under select_clavis's default size limit.
+    big = [{"app": f"{4000000000 + i}:{'é' * 119}", "klass": "devil", "jobs_seen": 10**9,
+            "updated": 0.0} for i in range(20000)]  # fmt: skip
+    apps = applications(big)
+    written = len(json.dumps([a.model_dump(mode="json") for a in apps]))
+    assert 1000 < len(apps) < 20000 and ADVICE_APPS_BYTES * 0.9 < written <= ADVICE_APPS_BYTES
