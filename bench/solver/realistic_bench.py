@@ -461,6 +461,8 @@ def main() -> int:
     ap.add_argument("--out", help="results JSON (default bench/results/realistic[-quick].json)")
     ap.add_argument("--md", default=str(ROOT / "docs/benchmarks.md"))
     ap.add_argument("--no-md", action="store_true", help="do not touch docs/benchmarks.md")
+    ap.add_argument("--hosts", default="", help="only the instances of these host counts (1024,..)")
+    ap.add_argument("--limit", type=float, default=0.0, help="every run at this limit (trials)")
     ap.add_argument("--memory-cap-gib", type=float, default=10.0,
                     help="kill a run whose RSS passes this (the machine is shared)")  # fmt: skip
     ap.add_argument("--render", action="store_true", help="re-render the docs section from --out")
@@ -469,6 +471,10 @@ def main() -> int:
     out = Path(args.out) if args.out else ROOT / "bench/results" / name
     if args.render:
         return render(out, Path(args.md))
+    hosts = {int(h) for h in args.hosts.split(",") if h}
+    if (hosts or args.limit) and not (args.no_md and args.out):
+        print("bench: --hosts and --limit are for trials: give --no-md and --out", file=sys.stderr)
+        return 2
     info = machine()
     config = {"quick": args.quick, "seed": args.seed, "out_name": str(out.relative_to(ROOT))
               if out.is_relative_to(ROOT) else str(out)}  # fmt: skip
@@ -477,9 +483,12 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="clavis-realistic-") as tmpdir:
         tmp = Path(tmpdir)
         for shape, todo in plan(args.quick):
+            if hosts and shape.hosts not in hosts:
+                continue
             files = write_instance(shape, tmp / shape.key)
             weights = weights_for(shape, args.seed)
-            for method, limit in todo:
+            for method, planned in todo:
+                limit = args.limit or planned
                 r = run_one(shape, files, weights=weights, method=method, limit=limit, tmp=tmp,
                             memory_cap_mib=args.memory_cap_gib * 1024)  # fmt: skip
                 runs.append(r)

@@ -7,6 +7,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+import jsonschema_rs
 import pytest
 
 from clavis.cli import main
@@ -52,6 +53,15 @@ def test_documents_validate_and_build(snap: Snapshot) -> None:
     for hi, h in enumerate(inst.hosts):
         assert sum(c.cores for c, at in zip(inst.containers, inst.current, strict=True)
                    if at == hi) <= h.cores  # fmt: skip
+
+
+def test_documents_validate_under_the_published_schemas(snap: Snapshot) -> None:
+    schemas = Path(__file__).resolve().parents[2] / "docs" / "schema"
+    for kind, doc in (("cluster", snap.cluster), ("workload", snap.workload),
+                      ("placement", snap.current)):  # fmt: skip
+        schema = json.loads((schemas / f"{kind}.schema.json").read_text())
+        errors = [str(e) for e in jsonschema_rs.Draft202012Validator(schema).iter_errors(doc)]
+        assert not errors, errors[:3]
 
 
 def test_memories_distinct_and_sizes_mixed(snap: Snapshot) -> None:
