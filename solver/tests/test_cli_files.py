@@ -170,3 +170,21 @@ def test_rule_is_enforced_and_stated(
     assert f"clavis: error: {bad}: " in err and needle in err, err
     published = json.loads((SCHEMA / f"{schema}.schema.json").read_text())
     assert phrase in _pointer(published, pointer)["description"]
+
+
+@pytest.mark.parametrize(
+    ("raw", "needle"),
+    [
+        ('[server]\nname = "caf\xe9"\n'.encode("latin-1"), "not UTF-8: byte 0xe9 at line 2"),
+        ("[server]\n".encode("utf-16"), "UTF-16 text"),
+    ],
+)
+def test_clavisd_config_not_utf8_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], raw: bytes, needle: str
+) -> None:
+    """`clavis repack` reads clavisd's config first: the same rule, the same message."""
+    cfg = tmp_path / "clavis.toml"
+    cfg.write_bytes(raw)
+    code = main(["repack", "--config", str(cfg)])
+    err = capsys.readouterr().err
+    assert code == 2 and f"clavis: error: {cfg}: {needle}" in err, err

@@ -19,7 +19,7 @@ from pydantic import (
     model_validator,
 )
 
-from clavis.documents import describe
+from clavis.documents import InputError, decode, describe
 
 DEFAULT_PATH: Final = Path("/etc/clavis/clavis.toml")
 
@@ -224,9 +224,11 @@ class ConfigError(Exception):
 
 def load_config(path: Path = DEFAULT_PATH) -> Config:
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(decode(path.read_bytes(), path))
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
+    except InputError as exc:  # not UTF-8: the same message as for the solver's documents
+        raise ConfigError(str(exc)) from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
     try:
