@@ -1,0 +1,75 @@
+"""The realistic bench's arithmetic on hand-made runs (the bench itself runs for minutes)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "solver" / "realistic_bench.py"
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("realistic_bench", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["realistic_bench"] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run(bench: ModuleType, method: str, limit: float, f: float | None, **kw: Any) -> Any:
+    fields: dict[str, Any] = {
+        "instance": "realistic-1024-4096-s1-nocur", "group": "g", "hosts": 1024,
+        "containers": 4096, "current": False, "weights": [1, 1, 1], "method": method,
+        "limit": limit, "exit_code": 0 if f is not None else 2,
+        "status": "FEASIBLE" if f is not None else "REFUSED", "F": f, "bound": None,
+        "gap": None, "solve_seconds": limit if f is not None else None, "wall_seconds": 1.0,
+        "peak_rss_mib": 300.0, "in_time": f is not None, "message": "",
+    }  # fmt: skip
+    fields.update(kw)
+    return bench.Run(**fields)
+
+
+def test_excess_removed_and_within_one_percent(bench: ModuleType) -> None:
+    runs = [
+        _run(bench, "random", 10, 0.9),
+        _run(bench, "cpsat", 10, 0.5, bound=0.3, gap=0.4),
+        _run(bench, "cpsat", 60, 0.404, bound=0.4, gap=0.01),
+        _run(bench, "random", 60, 0.8),
+        _run(bench, "corerr", 10, 0.7),
+    ]
+    best = bench.per_instance(runs)
+    assert best[runs[0].instance] == (0.404, 0.4)
+    # (F_random - F) / (F_random - best bound), random at the same limit.
+    assert bench.excess_removed(runs[1], runs, best) == pytest.approx((0.9 - 0.5) / 0.5)
+    assert bench.excess_removed(runs[2], runs, best) == pytest.approx((0.8 - 0.404) / 0.4)
+    assert bench.excess_removed(runs[0], runs, best) == 0
+    # Constructive runs are held against random at the smallest limit.
+    assert bench.excess_removed(runs[4], runs, best) == pytest.approx(0.2 / 0.5)
+    assert bench.within_1pct(0.408, 0.404) and not bench.within_1pct(0.409, 0.404)
+    rows = {(r["method"], r["limit_s"]): r for r in bench.summarise(runs)}
+    assert rows["cpsat", 10]["within_1pct_of_best"] == "0/1"
+    assert rows["cpsat", 60]["within_1pct_of_best"] == "1/1"
+    assert rows["corerr", 0.0]["runs"] == 1
+
+
+def test_acceptance_reads_the_runs(bench: ModuleType) -> None:
+    runs = [
+        _run(bench, "random", 60, 0.8),
+        _run(bench, "cpsat", 60, 0.404, bound=0.4, gap=0.01),
+        _run(bench, "cpsat", 10, 0.45, bound=0.3, gap=0.33),
+        _run(bench, "plain", 10, None, message="clavis: error: too large", wall_seconds=2.0),
+        _run(bench, "plain", 60, None, status="KILLED", message="killed", wall_seconds=95.0),
+    ]
+    text = "\n".join(bench.acceptance(runs))
+    assert "answer within the limit in every cpsat run: 2/2, **met**" in text
+    assert "1.0% and 1.0%, **met**" in text
+    assert "within 1% of the best known F in 10 s: 0/1, **not met**" in text
+    # A refusal at once honours the limit; a run killed past it does not.
+    assert "4/5 runs, **not met**: plain 60 s" in text
