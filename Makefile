@@ -53,7 +53,8 @@ postgres-install:
 	bash deploy/bootstrap/postgres.sh
 
 # The main solver benchmark (issue 12): `clavis solve` on realistic snapshots, timed runs
-# under the machine's benchmark lock. Full: about 30 minutes; quick: about 5.
+# under the machine's benchmark lock. Full: about 20 minutes (while `plain` refuses
+# 1,024 hosts and up at once; 25 if it runs); quick: about 2.
 bench-realistic: $(STAMP)
 	flock /tmp/clavis-bench.lock $(PY) bench/solver/realistic_bench.py
 

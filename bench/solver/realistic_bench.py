@@ -18,7 +18,7 @@ bound of any run). Per run: own proven gap (F - bound)/F, gap to the best bound,
 share of random search's excess over the best bound that the method removes,
 (F_random - F) / (F_random - best bound), random at the same limit (1 = at the bound).
 
-    python bench/solver/realistic_bench.py [--quick]      # full: about 30 min; quick: 4 min
+    python bench/solver/realistic_bench.py [--quick]      # full: about 20 min; quick: 2
     python bench/solver/realistic_bench.py --render        # the docs section from stored runs
 """
 
@@ -459,7 +459,7 @@ def render(out: Path, md: Path) -> int:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="a small subset (about 4 minutes)")
+    ap.add_argument("--quick", action="store_true", help="a small subset (about 2 minutes)")
     ap.add_argument("--seed", type=int, default=1, help="weights seed")
     ap.add_argument("--out", help="results JSON (default bench/results/realistic[-quick].json)")
     ap.add_argument("--md", default=str(ROOT / "docs/benchmarks.md"))
