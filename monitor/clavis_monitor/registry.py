@@ -23,9 +23,11 @@ from clavis_contracts.registration import (
     MAX_MESSAGE_BYTES,
     ClassHint,
     DeregisterStep,
+    RegisterStep,
     RegistrationReply,
     RegistrationRequest,
 )
+from clavis_monitor import pidns
 
 log = logging.getLogger("clavis_monitor.registry")
 MAX_STEPS = 65536  # registered steps kept at once; beyond it a register is refused
@@ -109,10 +111,33 @@ class Registry:
         return gone
 
 
-def _peer_uid(conn: socket.socket) -> int:
+def _peer_creds(conn: socket.socket) -> tuple[int, int]:
+    """(pid, uid) of the peer, both in the monitor's namespaces (the kernel translates)."""
     creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    _pid, uid, _gid = struct.unpack("3i", creds)
-    return int(uid)
+    pid, uid, _gid = struct.unpack("3i", creds)
+    return int(pid), int(uid)
+
+
+def in_monitor_view(request: RegistrationRequest, peer_pid: int) -> RegistrationRequest:
+    """A register's pids (and cgroups) as the monitor sees them (clavis_monitor.pidns).
+
+    The sender's cgroup paths are dropped when it is in another cgroup namespace (they
+    are relative to it); pids that are no live process of the sender's namespace are
+    left out. Raises PidNamespaceError when none is left or the peer cannot be read."""
+    msg = request.root
+    if not isinstance(msg, RegisterStep):
+        return request
+    sender = pidns.peer(peer_pid)
+    if sender.same_pid_ns and sender.same_cgroup_ns:
+        return request
+    mapped = pidns.translate(sender, msg.pids)
+    if not mapped:
+        raise pidns.PidNamespaceError(
+            f"no pid of {msg.pids[:8]} is a live process of the sender's pid namespace"
+        )
+    pids = [mapped[p] for p in msg.pids if p in mapped]
+    cgroups = msg.cgroups if sender.same_cgroup_ns else []
+    return RegistrationRequest(root=msg.model_copy(update={"pids": pids, "cgroups": cgroups}))
 
 
 def _where(loc: tuple[int | str, ...]) -> str:
@@ -198,7 +223,7 @@ class RegistrationServer:
 
     def _handle(self, conn: socket.socket) -> None:
         deadline = time.monotonic() + self.timeout_s
-        uid = _peer_uid(conn)
+        peer_pid, uid = _peer_creds(conn)
         if self.require_root and uid != 0:
             self.registry.refused += 1
             _reply(conn, False, f"peer uid {uid} is not root")
@@ -217,6 +242,12 @@ class RegistrationServer:
             self.registry.refused += 1
             problems = "; ".join(_where(e["loc"]) + e["msg"] for e in exc.errors(include_url=False))
             _reply(conn, False, problems)
+            return
+        try:
+            request = in_monitor_view(request, peer_pid)
+        except pidns.PidNamespaceError as exc:
+            self.registry.refused += 1
+            _reply(conn, False, str(exc))
             return
         error = self.registry.apply(request, time.time())
         if error is None:

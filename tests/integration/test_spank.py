@@ -1,11 +1,13 @@
 """spank_clavis.so on the testbed: real sbatch/srun jobs on the LXC nodes, the plugin in
 plugstack.conf, and the monitor's real registration server (clavis_monitor.registry,
-which validates every line against the v1 contract) on a socket the nodes can reach.
+which validates every line against the v2 contract) on a socket the nodes can reach.
 
 One witness per hook: the batch step and an srun step are registered (post_fork) with
 the right job, step and node, and deregistered (exit); a bad --clavis-class is refused
 by sbatch (the option callback); with the socket absent or mute the job runs normally,
 starts within the plugin's budget, and the node's log has one line about it.
+A running job's step pids, sent from inside the node container's pid namespace, are
+the monitor's own pids of those tasks and stay registered across rescans.
 """
 
 from __future__ import annotations
@@ -24,6 +26,10 @@ import pytest
 from slurm_plugin.registry import RecordingRegistry
 
 from clavis_contracts.registration import DeregisterStep, RegisterStep
+from clavis_monitor import containers as cg
+from clavis_monitor.agent import Agent
+from clavis_monitor.config import parse
+from clavis_monitor.pidns import parse_nspid
 from clavis_monitor.registry import RegistrationServer
 
 from . import tb
@@ -37,6 +43,7 @@ PLUGIN_DIR = tb.REPO / "slurm-plugin"
 PLUGSTACK = tb.RUN_DIR / "etc" / "plugstack.conf"  # beside slurm.conf: Slurm's default
 BATCH_STEP = 4294967291
 BUDGET_MS = 200
+CGROUP = Path("/sys/fs/cgroup")
 
 
 @pytest.fixture(scope="module")
@@ -133,6 +140,11 @@ def test_steps_are_registered_and_deregistered(plugin: Path) -> None:
         assert r.cgroups == []
     assert regs[0].app == "sleep"
     assert regs[BATCH_STEP].app is not None
+    # the application key: uid and job name (the script's file name, as sbatch names it),
+    # the same for both steps, not the batch step's command "slurm_script"
+    script_name = regs[BATCH_STEP].job_name
+    assert script_name is not None and script_name.startswith(f"job-{node}-"), regs
+    assert {r.application() for r in regs.values()} == {f"0:{script_name}"}
     assert reg.steps() == []  # every step the monitor learned of was taken back
     # a registered step is logged at debug level only: nothing at info for this job
     assert clavis_lines(node, job_id) == []
@@ -234,3 +246,85 @@ def test_job_starts_within_the_budget_when_the_monitor_never_answers(plugin: Pat
     assert 0 < started - accepted[0] < BUDGET_MS / 1000 + 0.8, (started, accepted)
     lines = clavis_lines(node, job_id)
     assert len(lines) == 1 and "(timeout, budget 200 ms)" in lines[0], lines
+
+
+def _sleeps(secs: str) -> list[int]:
+    """Pids of `sleep SECS` (srun runs it by its full path)."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                argv = (d / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if argv[:2] in ([b"sleep", secs.encode()], [b"/usr/bin/sleep", secs.encode()]):
+                found.append(int(d.name))
+    return found
+
+
+def _nspid(pid: int) -> tuple[int, ...]:
+    return parse_nspid(Path(f"/proc/{pid}/status").read_text())
+
+
+def test_step_pids_from_a_node_container_are_the_monitors(
+    plugin: Path, testbed: dict[str, Any], tmp_path: Path
+) -> None:
+    work = plugin.parent
+    sock = work / "monitor.sock"
+    node = "r1h1c1"
+    cfg = parse({
+        "host": "r1h1",
+        "containers": {"lxc_paths": [testbed["lxcpath"]], "include": [node], "rescan_s": 0.5},
+        "perf": {"enabled": False},
+        "traffic": {"backend": "none"},
+        "power": {"methods": ["rapl"], "rapl_root": str(tmp_path / "no-rapl")},
+    })  # fmt: skip
+    agent = Agent(cfg, None)
+    server = RegistrationServer(sock, agent.registry, timeout_s=2.0).start()
+    secs = f"{4700 + os.getpid() % 100}.25"  # unlike the other tests' sleeps
+    name = f"clavis-ns-{os.getpid()}"
+    job_id = 0
+    try:
+        use_plugstack(plugin, sock)
+        out = tb.slurm(["sbatch", "--parsable", "-w", node, "-D", str(work), "-o", "/dev/null",
+                        "-J", name, "-t", "2", "--clavis-class=devil",
+                        "--wrap", f"srun -n1 sleep {secs}"])  # fmt: skip
+        job_id = int(out.strip().split(";")[0])
+        registered = wait_for(lambda: len(agent.registry.steps()) == 2, timeout=30)
+        assert registered, (
+            [(s.step_id, s.pids) for s in agent.registry.steps()],
+            clavis_lines(node, job_id),
+            tb.slurm(["squeue", "-s"]),
+        )
+        assert wait_for(lambda: _sleeps(secs), timeout=10), [
+            Path(f"/proc/{p}/cmdline").read_bytes() for s in agent.registry.steps() for p in s.pids
+        ]
+        (task,) = _sleeps(secs)
+        assert len(_nspid(task)) == 2  # the node container has its own pid namespace
+        steps = {s.step_id: s for s in agent.registry.steps()}
+        assert set(steps) == {BATCH_STEP, 0}
+        assert steps[0].pids == {task}  # the monitor's pid, not the container's
+        (script,) = steps[BATCH_STEP].pids
+        argv = Path(f"/proc/{script}/cmdline").read_bytes().split(b"\0")
+        assert any(a.endswith(b"/slurm_script") for a in argv), argv
+        agent.sample_cpu()  # discovery
+        for s in steps.values():
+            for pid in s.pids:
+                assert cg.pid_container(pid, agent.containers, CGROUP) == node
+        # rescans (every 0.5 s) prune steps whose pids are gone: these stay, for 12 s
+        t_end = time.monotonic() + 12
+        while time.monotonic() < t_end:
+            agent.sample_cpu()
+            time.sleep(0.25)
+        assert {s.step_id for s in agent.registry.steps()} == {BATCH_STEP, 0}
+        (sample,) = [c for c in agent.build_report().containers if c.name == node]
+        assert (sample.job, sample.app, sample.class_hint) == (str(job_id), f"0:{name}", "devil")
+    finally:
+        if job_id:
+            tb.slurm(["scancel", str(job_id)])
+        try:
+            # the steps' deregisters arrive as their slurmstepds end
+            assert wait_for(lambda: agent.registry.steps() == [], timeout=30)
+        finally:
+            server.close()
+            PLUGSTACK.unlink(missing_ok=True)
