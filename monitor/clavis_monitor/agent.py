@@ -28,6 +28,7 @@ from clavis_contracts.report import (
 from clavis_monitor import containers as cg
 from clavis_monitor import series
 from clavis_monitor.config import Config
+from clavis_monitor.emulated import EmulatedCounters
 from clavis_monitor.metrics import Metric
 from clavis_monitor.perf import (
     CounterSource,
@@ -105,15 +106,18 @@ class Agent:
             name: Buffer(name, self.state.apply, capacity, gauge=self.gauge, worker=self.worker)
             for name, capacity in (("cpu", 256), ("perf", 256), ("traffic", 256), ("power", 4))
         }
-        # perf: a recorded source for tests/hosts without PMU, else the real reader
-        self.recorded = recorded
+        # perf: a recorded source for tests/hosts without PMU, else the real reader, else
+        # (only when configured, on a testbed) the emulated counters
         self.perf_state = "disabled"
         self.counters: CounterSource | None = counters
+        self.source: IntensitySource = "recorded" if recorded else "perf"
         self._next_probe = 0.0
         if counters is None and cfg.perf.enabled:
             self._probe_perf()
         elif counters is not None:
             self.perf_state = "recorded" if recorded else "ok"
+        if counters is None and cfg.emulation.miss_counters_dir:
+            self._use_emulation(Path(cfg.emulation.miss_counters_dir))
         # traffic
         self.nft: NftAccounting | None = None
         self.traffic_state = "disabled"
@@ -135,6 +139,21 @@ class Agent:
             self.counters, self.perf_state = reader, "ok"
         except (UnsupportedError, OSError) as exc:
             self.perf_state = f"unsupported: {exc}"
+
+    def _use_emulation(self, directory: Path) -> None:
+        """The configured emulated counters, unless this host has real ones."""
+        if self.counters is not None:
+            log.warning("emulation.miss_counters_dir=%s ignored: this host has hardware "
+                        "counters (perf)", directory)  # fmt: skip
+            return
+        emulated = EmulatedCounters(directory)
+        try:
+            emulated.probe()
+        except UnsupportedError as exc:
+            log.warning("emulated miss counters: %s", exc)  # each read says so again
+        self.counters, self.source = emulated, "emulated"
+        self.perf_state = f"emulated: {directory}"
+        log.info("intensity source=emulated dir=%s (testbed emulation, not hardware)", directory)
 
     # -- samplers (each runs in its own thread) -------------------------------------------
 
@@ -222,7 +241,7 @@ class Agent:
                 value = mpki(last, counts)
             except ValueError:
                 continue
-            buf.add(c.name, Intensity(value, "recorded" if self.recorded else "perf"))
+            buf.add(c.name, Intensity(value, self.source))
         buf.flush()
 
     def _load_topology(self) -> Topology | None:

@@ -78,6 +78,13 @@ class PerfConfig:
 
 
 @dataclass(frozen=True)
+class EmulationConfig:
+    # Testbeds only: the directory of emulated per-container miss counters
+    # (clavis_monitor.emulated); empty: off. Never used where hardware counters work.
+    miss_counters_dir: str = ""
+
+
+@dataclass(frozen=True)
 class TrafficConfig:
     backend: str = "nftables"
     nft: tuple[str, ...] = ("nft",)  # argv prefix, e.g. ["nsenter", "--net=...", "nft"]
@@ -111,6 +118,7 @@ class Config:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     containers: ContainersConfig = field(default_factory=ContainersConfig)
     perf: PerfConfig = field(default_factory=PerfConfig)
+    emulation: EmulationConfig = field(default_factory=EmulationConfig)
     traffic: TrafficConfig = field(default_factory=TrafficConfig)
     power: PowerConfig = field(default_factory=PowerConfig)
 
@@ -185,6 +193,9 @@ def _check(cfg: Config, problems: list[str]) -> None:
             problems.append(
                 f"perf.raw_events.{name}: {code!r} is not an integer (0x... or decimal)"
             )
+    emulated = cfg.emulation.miss_counters_dir
+    if emulated and not emulated.startswith("/"):
+        problems.append(f"emulation.miss_counters_dir: not an absolute path: {emulated!r}")
     for key in ("every_s", "timeout_s"):
         if getattr(cfg.power, key) <= 0:
             problems.append(f"power.{key}: must be > 0")

@@ -1,4 +1,4 @@
-"""clavis-testbed up|down|status|exec|checkpoint|restore|env (and the internal powerd)."""
+"""clavis-testbed up|down|status|exec|checkpoint|restore|env (and the internal powerd, missd)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import accounting, bmc, cluster, containers, mpi, net, paths, power, slurm
+from . import accounting, bmc, cluster, containers, misses, mpi, net, paths, power, slurm
 from .proc import CommandError, in_netns, spawn, start_time, stop
 from .state import State, StateError, load
 from .topology import Topology, TopologyError
@@ -168,6 +168,10 @@ def _build(st: State) -> None:
         st.save()
     st.processes.append(
         spawn("powerd", [sys.executable, str(ENTRY), "powerd"], paths.LOG / "powerd.log")
+    )
+    st.save()
+    st.processes.append(
+        spawn("missd", [sys.executable, str(ENTRY), "missd"], paths.LOG / "missd.log")
     )
     st.save()
 
@@ -349,6 +353,7 @@ def status_dict(st: State) -> dict[str, Any]:
         "exec_dir": str(paths.SHARED),
         "cluster_file": str(paths.CLUSTER),
         "cluster": cluster.document(topo, cluster.powered_off(topo)),
+        "emulated_misses": {"dir": str(misses.DIR), "profiles": str(misses.PROFILES)},
         "env_file": str(paths.ENV_FILE),
         "processes": [p.to_dict() for p in st.processes],
         "netns": st.netns,
@@ -476,6 +481,15 @@ def cmd_restore(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_missd(_args: argparse.Namespace) -> int:
+    st = load()
+    if st is None:
+        _say("missd: no state file")
+        return 1
+    misses.serve(st.topology)
+    return 0
+
+
 def cmd_powerd(_args: argparse.Namespace) -> int:
     st = load()
     if st is None:
@@ -527,6 +541,7 @@ def parser() -> argparse.ArgumentParser:
         c.add_argument("--dir", help="image directory (default under /run/clavis-testbed)")
         c.set_defaults(func=func)
     sub.add_parser("powerd", help=argparse.SUPPRESS).set_defaults(func=cmd_powerd)
+    sub.add_parser("missd", help=argparse.SUPPRESS).set_defaults(func=cmd_missd)
     return p
 
 
