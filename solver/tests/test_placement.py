@@ -205,6 +205,21 @@ def test_fathom_isolates_devil_jobs_among_turtles() -> None:
     assert evaluate(inst, isolated).P == evaluate(inst, packed).P  # same hosts powered
 
 
+def test_fathom_keeps_other_devils_off_an_isolated_devils_host() -> None:
+    # A's devil is isolated on h0, which has room left; B's devils (not isolated) go
+    # elsewhere, or h0 would be contended and A would lag after all.
+    hosts = [host(f"h{i}", cores=8, domains=1) for i in range(3)]
+    jobs = [
+        {"name": "A", "containers": [container("a0", 4, mpki=15)]},
+        {"name": "B", "containers": [container(f"b{i}", 4, mpki=15) for i in range(2)]},
+    ]
+    inst = instance(hosts, jobs)
+    got = fathom.isolating(inst, frozenset({0}))
+    assert got is not None and violations(inst, got) == []
+    assert got[1] != got[0] and got[2] != got[0]
+    assert evaluate(inst, got).D == 8  # B lags (both devils on one host), A does not
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_cpsat_matches_exact_on_four_hosts_and_eight_containers(seed: int) -> None:
     # The size for the oracle: 4 hosts x 8 containers, two racks, random weights.

@@ -27,10 +27,6 @@ def _order(inst: Instance) -> list[int]:
     )
 
 
-def _first_fit(hosts: list[int], free: dict[int, int], need: int) -> int | None:
-    return next((h for h in hosts if free[h] >= need), None)
-
-
 def isolating(inst: Instance, isolate: frozenset[int]) -> Assignment | None:
     """Devil containers of the ``isolate`` jobs alone among turtles; the rest packed."""
     hosts = _order(inst)
@@ -61,14 +57,27 @@ def isolating(inst: Instance, isolate: frozenset[int]) -> Assignment | None:
                 break
         turtles.extendleft(reversed(skipped))
         k += 1
+    # The other devils keep off the isolated ones' hosts: one of them there would make
+    # the host contended and the isolated job lag after all (the straggler rule).
+    calm = {out[d] for d in lonely}
     rest = [i for i, h in enumerate(out) if h == -1]
     rest.sort(key=lambda i: (inst.containers[i].job, i))
-    k = 0
+    lines = {"all": hosts, "crowd": [h for h in hosts if h not in calm]}
+    # First fit in amortised linear time: free cores only go down, so a host too full for
+    # a container of some size stays too full for it (one pointer per line and size).
+    at: dict[tuple[str, int], int] = {}
+
+    def fit(line: str, need: int) -> int | None:
+        k, order = at.get((line, need), 0), lines[line]
+        while k < len(order) and free[order[k]] < need:
+            k += 1
+        at[line, need] = k
+        return order[k] if k < len(order) else None
+
     for i in rest:
         need = inst.containers[i].cores
-        while k < len(hosts) and free[hosts[k]] < need:
-            k += 1
-        spot = hosts[k] if k < len(hosts) else _first_fit(hosts, free, need)
+        spot = fit("crowd", need) if inst.containers[i].devil else None
+        spot = spot if spot is not None else fit("all", need)
         if spot is None:
             return None
         out[i] = spot
@@ -97,18 +106,31 @@ def sweep_order(n: int) -> list[int]:
 
 
 def candidates(inst: Instance, guard: Guard | None = None) -> Iterator[Assignment]:
-    """One greedy schedule per number of isolated devil jobs (largest devil jobs first),
-    the counts in sweep order; with a ``guard``, none are started after its deadline
-    (each costs a pass over every container and host: at 16,384 hosts and a thousand
-    devil jobs the full sweep would take minutes)."""
+    """Greedy schedules, one per number of isolated devil jobs, the counts in sweep order,
+    for two rankings of the devil jobs in turn: largest first (the thesis's pairs sweep
+    starts from the heaviest), and most devil cores per devil container first (each
+    isolated devil takes a host, so these keep the most devil cores calm per host). With
+    a ``guard``, none are started after its deadline (each costs a pass over every
+    container and host: at 16,384 hosts the full sweep would take minutes)."""
     devil_cores: dict[int, int] = {}
+    devils: dict[int, int] = {}
     for c in inst.containers:
         if c.devil:
             devil_cores[c.job] = devil_cores.get(c.job, 0) + c.cores
-    ranked = sorted(devil_cores, key=lambda j: -devil_cores[j])
-    for n in sweep_order(len(ranked)):
-        if guard is not None and guard.expired:
-            return
-        a = isolating(inst, frozenset(ranked[:n]))
-        if a is not None:
-            yield a
+            devils[c.job] = devils.get(c.job, 0) + 1
+    rankings = [
+        sorted(devil_cores, key=lambda j: (-devil_cores[j], j)),
+        sorted(devil_cores, key=lambda j: (-devil_cores[j] / devils[j], devils[j], j)),
+    ]
+    tried: set[frozenset[int]] = set()
+    for n in sweep_order(len(devil_cores)):
+        for ranked in rankings:
+            chosen = frozenset(ranked[:n])
+            if chosen in tried:
+                continue
+            tried.add(chosen)
+            if guard is not None and guard.expired:
+                return
+            a = isolating(inst, chosen)
+            if a is not None:
+                yield a
