@@ -6,9 +6,9 @@ memory-distinct containers it took minutes and gigabytes while the time limit wa
 Counting what the build would create is cheap (no model, no pair table), so a solve can
 skip a turn that cannot be built in its time or memory and say so at once.
 
-The per-unit costs were measured on this project's 2-core development machine
-(Table 5.3-like instances, 256 and 1,024 hosts; see docs/benchmarks.md); they are rough
-on purpose and err on the slow side.
+The per-unit costs were measured on this project's 2-core development machine (Table
+5.3-like instances with memory-distinct containers, 256 and 1,024 hosts, figures below);
+they are rough on purpose and err on the slow side.
 """
 
 from __future__ import annotations
