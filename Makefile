@@ -9,7 +9,7 @@ include deploy/testbed/testbed.mk
 .PHONY: demo test lint typecheck unit bench-solver bench-pareto bench-ingest schemas clean \
 	bench-realistic bench-realistic-quick postgres-install monitor-install bench-monitor bench-testbed slurm-plugin
 
-$(STAMP): solver/requirements.lock solver/pyproject.toml contracts/pyproject.toml monitor/pyproject.toml \
+$(STAMP): solver/requirements.lock solver/pyproject.toml contracts/pyproject.toml monitor/pyproject.toml migrator/pyproject.toml \
 	    deploy/bootstrap/python.sh
 	bash deploy/bootstrap/python.sh
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -17,6 +17,7 @@ $(STAMP): solver/requirements.lock solver/pyproject.toml contracts/pyproject.tom
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e contracts
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e solver
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e monitor
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e migrator
 	touch $@
 
 demo: $(STAMP)
@@ -33,7 +34,7 @@ typecheck: $(STAMP)
 	$(VENV)/bin/mypy solver/clavis contracts/clavis_contracts bench/report.py bench/solver/solver_bench.py bench/solver/realistic_bench.py \
 	    bench/pareto/pareto_bench.py \
 	    bench/ingest/ingest_bench.py bench/monitor/monitor_bench.py bench/testbed/testbed_bench.py \
-	    monitor/clavis_monitor
+	    monitor/clavis_monitor migrator/clavis_migrator
 
 unit: $(STAMP) testbed-install postgres-install monitor-install slurm-plugin
 	$(VENV)/bin/pytest -q

@@ -1,0 +1,5 @@
+import sys
+
+from clavis_migrator.cli import main
+
+sys.exit(main())

@@ -1,0 +1,55 @@
+"""One agent: the step machine, the target side and the HTTP server, wired together."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from clavis_migrator.backend import Backend
+from clavis_migrator.config import Config
+from clavis_migrator.incoming import Incoming
+from clavis_migrator.peer import PeerClient
+from clavis_migrator.server import Api, make_server
+from clavis_migrator.steps import Machine
+from clavis_migrator.store import StepStore
+
+# room for a chunk's bytes plus a step or a manifest of many files
+_BODY_SLACK = 4 * 2**20
+
+
+class Agent:
+    def __init__(self, cfg: Config, secret: bytes, backend: Backend) -> None:
+        self.cfg = cfg
+        state = Path(cfg.state_dir)
+        state.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.store = StepStore(state / "steps")
+
+        def peer(address: str) -> PeerClient:
+            return PeerClient(secret, address, cfg.peer_timeout_s, cfg.max_skew_s)
+
+        self.machine = Machine(
+            cfg.host, store=self.store, backend=backend, peer=peer, outgoing=state / "outgoing",
+            chunk_bytes=cfg.chunk_bytes, transfer_attempts=cfg.transfer_attempts,
+        )  # fmt: skip
+        self.incoming = Incoming(
+            cfg.host, state / "incoming", backend, cfg.host_cores(), cfg.host_memory()
+        )
+        api = Api(
+            secret, cfg.max_skew_s, self.machine, self.incoming, cfg.chunk_bytes + _BODY_SLACK
+        )
+        self.http = make_server(cfg.listen, cfg.port, api)
+        self.http_started = api.started
+        self._thread = threading.Thread(target=self.http.serve_forever, name="http", daemon=True)
+
+    @property
+    def port(self) -> int:
+        return int(self.http.server_address[1])
+
+    def start(self) -> None:
+        self._thread.start()
+        self.machine.recover()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self.http.shutdown()
+        self.http.server_close()
+        self.machine.join(timeout)

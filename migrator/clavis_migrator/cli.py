@@ -1,0 +1,79 @@
+"""``clavis-migrator [--config FILE]``: serve migration steps until SIGTERM/SIGINT.
+
+Runs as root on every host (CRIU needs it). The config file holds everything
+(docs/migrator.md); ``--check-config`` validates it and exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import stat
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+from clavis_contracts.signing import read_secret
+from clavis_migrator.agent import Agent
+from clavis_migrator.config import ConfigError, load
+from clavis_migrator.lxc import LxcBackend
+
+log = logging.getLogger("clavis_migrator")
+
+
+class StartError(Exception):
+    """The agent cannot start; the message says what to fix."""
+
+
+def secret_from(path: Path) -> bytes:
+    try:
+        st = path.stat()
+        if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise StartError(f"secret file {path} must be readable by its owner only (chmod 600)")
+        return read_secret(path.read_bytes())
+    except OSError as exc:
+        raise StartError(f"secret file {path}: {exc.strerror}") from exc
+    except ValueError as exc:
+        raise StartError(f"secret file {path}: {exc}") from exc
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="clavis-migrator", description=__doc__)
+    p.add_argument("--config", type=Path, default=None, help="TOML config (default: built-in)")
+    p.add_argument("--check-config", action="store_true", help="validate the config and exit")
+    p.add_argument("--log-level", default="INFO")
+    args = p.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
+    try:
+        cfg = load(args.config)
+    except ConfigError as exc:
+        print(f"clavis-migrator: bad config: {exc}", file=sys.stderr)
+        return 2
+    if args.check_config:
+        print("config ok")
+        return 0
+    try:
+        secret = secret_from(Path(cfg.secret_file))
+        agent = Agent(cfg, secret, LxcBackend(cfg.lxc, Path(cfg.state_dir)))
+    except (StartError, OSError, ValueError) as exc:
+        print(f"clavis-migrator: cannot start: {exc}", file=sys.stderr)
+        return 1
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    agent.start()
+    log.info("host=%s listening on %s:%d", cfg.host, cfg.listen, agent.port)
+    try:
+        while not stop.wait(1.0):
+            pass
+    finally:
+        agent.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,165 @@
+"""The migrator's configuration file (TOML): every option, its default, and its check.
+
+``load`` lists every problem of a file at once (ConfigError), so an admin fixes them in
+one round. docs/migrator.md documents each option; deploy/config/migrator.toml.sample is
+a commented copy of the defaults.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tomllib
+from dataclasses import dataclass, field, fields, is_dataclass, replace
+from pathlib import Path
+from typing import Any, Final
+
+BACKENDS: Final = ("lxc",)
+
+
+class ConfigError(ValueError):
+    """The config file is unusable; the message lists every problem."""
+
+
+@dataclass(frozen=True)
+class LxcConfig:
+    lxcpath: str = "/var/lib/lxc"
+    # the criu binary lxc-checkpoint runs (its directory goes first on PATH); empty: PATH's
+    criu: str = ""
+    # CRIU options, written to the config files named by CRIU_CONFIG_FILE: lxc-checkpoint
+    # has no flag for them. mntns-compat-mode is refused by criu dump, so two lists.
+    dump_options: tuple[str, ...] = ("tcp-established",)
+    restore_options: tuple[str, ...] = ("tcp-established", "mntns-compat-mode")
+    # Restore under a private sysfs that shows this process's netns: needed when the agent
+    # runs in a netns other than the one /sys was mounted from (the testbed's hosts), as
+    # LXC looks the bridge up under /sys/class/net.
+    netns_sysfs: bool = False
+    # argv run inside the restored container (lxc-attach) to verify it; empty: none
+    verify_command: tuple[str, ...] = ()
+    timeout_s: float = 120.0
+
+
+@dataclass(frozen=True)
+class Config:
+    host: str = field(default_factory=lambda: socket.gethostname().split(".")[0])
+    listen: str = "0.0.0.0"
+    port: int = 7781
+    secret_file: str = "/etc/clavis/secret"
+    state_dir: str = "/var/lib/clavis-migrator"
+    max_skew_s: float = 60.0
+    # what containers may use on this host; 0: the machine's cores / MemTotal
+    cores: int = 0
+    memory_bytes: int = 0
+    peer_timeout_s: float = 30.0
+    # the image files go to the target in chunks of this size, each signed and checked
+    chunk_bytes: int = 8 * 2**20
+    transfer_attempts: int = 3
+    backend: str = "lxc"
+    lxc: LxcConfig = field(default_factory=LxcConfig)
+
+    def host_cores(self) -> int:
+        return self.cores or os.cpu_count() or 1
+
+    def host_memory(self) -> int:
+        if self.memory_bytes:
+            return self.memory_bytes
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+        return 0
+
+
+def _coerce(name: str, default: Any, value: Any, problems: list[str]) -> Any:
+    """``value`` as the type of ``default``; a problem naming the key when it is not."""
+    is_num = isinstance(value, int | float) and not isinstance(value, bool)
+    ok = (
+        (isinstance(default, bool) and isinstance(value, bool))
+        or (type(default) is int and is_num and isinstance(value, int))
+        or (isinstance(default, float) and is_num)
+        or (isinstance(default, str) and isinstance(value, str))
+        or (isinstance(default, tuple) and isinstance(value, list)
+            and all(isinstance(v, str) for v in value))
+    )  # fmt: skip
+    if ok:
+        if isinstance(default, float):
+            return float(value)
+        return tuple(value) if isinstance(default, tuple) else value
+    problems.append(f"{name}: expected {type(default).__name__}, got {value!r}")
+    return default
+
+
+def _section(obj: Any, doc: dict[str, Any], prefix: str, problems: list[str]) -> Any:
+    known = {f.name for f in fields(obj)}
+    changes: dict[str, Any] = {}
+    for key, value in doc.items():
+        name = f"{prefix}{key}"
+        if key not in known:
+            problems.append(f"{name}: unknown option")
+            continue
+        current = getattr(obj, key)
+        if is_dataclass(current):
+            if not isinstance(value, dict):
+                problems.append(f"{name}: expected a [{name}] table")
+                continue
+            changes[key] = _section(current, value, f"{name}.", problems)
+        else:
+            changes[key] = _coerce(name, current, value, problems)
+    return replace(obj, **changes)
+
+
+def _check(cfg: Config, problems: list[str]) -> None:
+    if not cfg.host or not cfg.host.replace("-", "").replace("_", "").isalnum():
+        problems.append(f"host: letters, digits, - and _ only, got {cfg.host!r}")
+    if not 0 <= cfg.port <= 65535:
+        problems.append("port: must be within 0..65535")
+    for key in ("secret_file", "state_dir"):
+        if not getattr(cfg, key).startswith("/"):
+            problems.append(f"{key}: not an absolute path: {getattr(cfg, key)!r}")
+    if not 1 <= cfg.max_skew_s <= 3600:
+        problems.append("max_skew_s: must be within 1..3600")
+    if cfg.cores < 0 or cfg.memory_bytes < 0:
+        problems.append("cores and memory_bytes: must be >= 0 (0: the machine's)")
+    if not 0 < cfg.peer_timeout_s <= 3600:
+        problems.append("peer_timeout_s: must be within 0..3600 (not 0)")
+    if not 4096 <= cfg.chunk_bytes <= 256 * 2**20:
+        problems.append("chunk_bytes: must be within 4096..268435456")
+    if not 1 <= cfg.transfer_attempts <= 10:
+        problems.append("transfer_attempts: must be within 1..10")
+    if cfg.backend not in BACKENDS:
+        problems.append(f"backend: one of {', '.join(BACKENDS)}, got {cfg.backend!r}")
+    if not cfg.lxc.lxcpath.startswith("/"):
+        problems.append(f"lxc.lxcpath: not an absolute path: {cfg.lxc.lxcpath!r}")
+    if cfg.lxc.criu and not cfg.lxc.criu.startswith("/"):
+        problems.append(f"lxc.criu: not an absolute path: {cfg.lxc.criu!r}")
+    if "mntns-compat-mode" in cfg.lxc.dump_options:
+        problems.append("lxc.dump_options: criu dump refuses mntns-compat-mode (restore only)")
+    for key in ("dump_options", "restore_options"):
+        bad = [o for o in getattr(cfg.lxc, key) if not o or o.startswith("-") or "\n" in o]
+        if bad:
+            problems.append(f"lxc.{key}: options are CRIU long names without '--', got {bad}")
+    if not 0 < cfg.lxc.timeout_s <= 3600:
+        problems.append("lxc.timeout_s: must be within 0..3600 (not 0)")
+
+
+def parse(doc: dict[str, Any]) -> Config:
+    problems: list[str] = []
+    cfg: Config = _section(Config(), doc, "", problems)
+    _check(cfg, problems)
+    if problems:
+        raise ConfigError("; ".join(problems))
+    return cfg
+
+
+def load(path: Path | None) -> Config:
+    """The config at ``path`` (None: all defaults)."""
+    if path is None:
+        return parse({})
+    try:
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"{path}: {exc.strerror}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not TOML: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8: {exc}") from exc
+    return parse(doc)

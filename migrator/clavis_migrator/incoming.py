@@ -1,0 +1,170 @@
+"""The target's side of a step: admit it, receive its images, restore, commit or abort.
+
+Images arrive as files in chunks at explicit offsets into ``incoming/<step>/images``; a
+chunk whose offset is not the file's current size is refused, and ``prepare`` empties the
+directory, so a transfer that was interrupted is restarted from nothing by the source and
+never mixes two attempts. ``finish`` re-reads every file from disk against the source's
+manifest (size and SHA-256) and refuses extra or missing files before a restore may run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import threading
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from clavis_contracts import MigrationStep
+from clavis_migrator.backend import Backend, BackendError
+from clavis_migrator.store import write_atomic
+
+
+class RefusedError(Exception):
+    """The target refuses the request; the message is sent back as the reason."""
+
+
+def safe_relpath(rel: str) -> PurePosixPath:
+    p = PurePosixPath(rel)
+    if not rel or p.is_absolute() or any(part in ("", ".", "..") for part in p.parts):
+        raise RefusedError(f"bad image file name {rel!r}")
+    if len(p.parts) > 4 or len(rel) > 255:
+        raise RefusedError(f"image file name too long or too deep: {rel!r}")
+    return p
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(2**20):
+            h.update(block)
+    return h.hexdigest()
+
+
+class Incoming:
+    def __init__(
+        self, host: str, directory: Path, backend: Backend, cores: int, memory: int
+    ) -> None:
+        self.host = host
+        self.dir = directory
+        self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.backend = backend
+        self.cores, self.memory = cores, memory
+        self._lock = threading.Lock()
+
+    def _step_dir(self, step_id: str) -> Path:
+        return self.dir / step_id.replace(":", "_")
+
+    def _step(self, step_id: str) -> MigrationStep:
+        f = self._step_dir(step_id) / "step.json"
+        if not f.is_file():
+            raise RefusedError(f"step {step_id} was not prepared on {self.host}")
+        return MigrationStep.model_validate_json(f.read_bytes())
+
+    def images(self, step_id: str) -> Path:
+        return self._step_dir(step_id) / "images"
+
+    def prepare(self, step: MigrationStep) -> dict[str, Any]:
+        if step.target != self.host:
+            raise RefusedError(
+                f"this agent is host {self.host}, not the step's target {step.target}"
+            )
+        with self._lock:
+            if not self.backend.known(step.container):
+                raise RefusedError(f"container {step.container} is unknown on {self.host}")
+            running = self.backend.running()
+            if step.container in running:
+                raise RefusedError(f"container {step.container} already runs on {self.host}")
+            # what the other steps admitted here and not yet restored will use too
+            pending = [
+                self._step(d.name.replace("_", ":"))
+                for d in self.dir.iterdir()
+                if (d / "step.json").is_file() and d.name != step.step_id.replace(":", "_")
+            ]
+            pending = [p for p in pending if p.container not in running]
+            cores = sum(s.cores for s in running.values()) + sum(p.cores for p in pending)
+            memory = sum(s.memory_bytes for s in running.values()) + sum(
+                p.memory_bytes for p in pending
+            )
+            if cores + step.cores > self.cores:
+                raise RefusedError(
+                    f"target {self.host} over its cores: {cores} in use + {step.cores} "
+                    f"> {self.cores}"
+                )
+            if memory + step.memory_bytes > self.memory:
+                raise RefusedError(
+                    f"target {self.host} over its memory: {memory} bytes in use + "
+                    f"{step.memory_bytes} > {self.memory}"
+                )
+            d = self._step_dir(step.step_id)
+            shutil.rmtree(d, ignore_errors=True)
+            (d / "images").mkdir(parents=True)
+            write_atomic(d / "step.json", step.model_dump_json().encode())
+        return {"host": self.host}
+
+    def put(self, step_id: str, rel: str, offset: int, chunk: bytes) -> None:
+        self._step(step_id)
+        path = self.images(step_id) / safe_relpath(rel)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        size = path.stat().st_size if path.exists() else 0
+        if offset != size:
+            raise RefusedError(f"{rel}: chunk at offset {offset}, file has {size} bytes")
+        try:
+            with open(path, "ab") as f:
+                f.write(chunk)
+        except OSError as exc:
+            raise RefusedError(f"cannot write {rel} on {self.host}: {exc.strerror}") from exc
+
+    def finish(self, step_id: str, manifest: list[dict[str, Any]]) -> None:
+        self._step(step_id)
+        root = self.images(step_id)
+        want = {str(safe_relpath(str(m["path"]))): m for m in manifest}
+        have = {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
+        if have != set(want):
+            raise RefusedError(
+                f"image files differ from the manifest: missing {sorted(set(want) - have)}, "
+                f"extra {sorted(have - set(want))}"
+            )
+        for rel, m in want.items():
+            f = root / rel
+            if f.stat().st_size != m["size"] or sha256_file(f) != m["sha256"]:
+                raise RefusedError(f"{rel}: size or SHA-256 differs from the source's")
+        (self._step_dir(step_id) / "complete").write_text(json.dumps(len(want)))
+
+    def restore(self, step_id: str) -> dict[str, Any]:
+        step = self._step(step_id)
+        if not (self._step_dir(step_id) / "complete").is_file():
+            raise RefusedError(f"step {step_id}: images not complete on {self.host}")
+        try:
+            self.backend.restore(step.container, self.images(step_id))
+            seen = self.backend.verify(step.container)
+        except BackendError as exc:
+            # never leave a half-restored container here: the source restores its own
+            try:
+                self.backend.kill(step.container)
+            except BackendError as kexc:
+                raise RefusedError(
+                    f"restore on {self.host} failed: {exc}; and kill: {kexc}"
+                ) from exc
+            raise RefusedError(f"restore on {self.host} failed: {exc}") from exc
+        (self._step_dir(step_id) / "restored").write_text("1")
+        return {"verified": seen}
+
+    def commit(self, step_id: str) -> None:
+        step = self._step(step_id)
+        self.backend.commit(step.container, self.images(step_id))
+        shutil.rmtree(self._step_dir(step_id), ignore_errors=True)
+
+    def abort(self, step_id: str) -> dict[str, Any]:
+        """Undo whatever this step did here; a step never prepared here is nothing to undo."""
+        d = self._step_dir(step_id)
+        if not (d / "step.json").is_file():
+            return {"did": "nothing"}
+        step = self._step(step_id)
+        did = "images deleted"
+        if step.container in self.backend.running():
+            self.backend.kill(step.container)
+            did = f"{step.container} killed on {self.host}, images deleted"
+        shutil.rmtree(d, ignore_errors=True)
+        return {"did": did}

@@ -1,0 +1,111 @@
+"""Agent-to-agent calls: the source's agent drives the target's (prepare, files, restore...).
+
+Both directions are signed with the shared secret (clavis_contracts.signing): requests as
+clavisd signs its own, and every answer of an agent with the same scheme, the method
+written ``RESPONSE`` and the path of the request it answers. A source that gets an answer
+without a valid signature is talking to something that is not a Clavis agent (or one with
+another secret) and refuses to move anything to it.
+
+Manual equivalent of one call (with the three X-Clavis-* headers made by ``sign``):
+``curl -X POST --data @step.json http://TARGET:7781/api/v1/peer/steps/3:0/prepare``.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+import urllib.parse
+from typing import Any, Final
+
+from clavis_contracts import MigrationStep
+from clavis_contracts.signing import NonceCache, SignatureError, sign, verify
+
+RESPONSE: Final = "RESPONSE"
+PEER_PREFIX: Final = "/api/v1/peer/steps/"
+
+
+class PeerError(Exception):
+    """The target agent could not be reached or refused; the message says which and why."""
+
+
+class PeerRefusedError(PeerError):
+    """The target agent answered and refused (4xx/5xx with its reason)."""
+
+
+class PeerForgedError(PeerError):
+    """The answer is not signed by a Clavis agent with our secret."""
+
+
+class PeerClient:
+    """Signed calls from this (source) agent to one target agent."""
+
+    def __init__(self, secret: bytes, address: str, timeout_s: float, max_skew_s: float) -> None:
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit():
+            raise PeerError(f"target address {address!r} is not host:port")
+        self.address = address
+        self._host, self._port = host.strip("[]"), int(port)
+        self._secret = secret
+        self.timeout_s = timeout_s
+        self.max_skew_s = max_skew_s
+        self._nonces = NonceCache(max_skew_s)
+
+    def _call(self, method: str, path: str, body: bytes = b"") -> dict[str, Any]:
+        headers = sign(self._secret, method, path, body, time.time())
+        headers["Content-Type"] = (
+            "application/octet-stream" if method == "PUT" else ("application/json")
+        )
+        conn = http.client.HTTPConnection(self._host, self._port, timeout=self.timeout_s)
+        try:
+            conn.request(method, path, body=body, headers=headers)
+            r = conn.getresponse()
+            data = r.read()
+            got = dict(r.getheaders())
+        except (OSError, http.client.HTTPException) as exc:
+            raise PeerError(f"target agent {self.address} unreachable: {exc}") from exc
+        finally:
+            conn.close()
+        try:
+            verify(
+                self._secret, RESPONSE, path, data, got,
+                now=time.time(), max_skew_s=self.max_skew_s, nonces=self._nonces,
+            )  # fmt: skip
+        except SignatureError as exc:
+            raise PeerForgedError(
+                f"the agent at {self.address} is not a Clavis migrator with this secret "
+                f"(its answer's signature: {exc})"
+            ) from exc
+        try:
+            doc = json.loads(data) if data else {}
+        except ValueError as exc:
+            raise PeerError(f"target agent {self.address} answered non-JSON") from exc
+        if not isinstance(doc, dict):
+            raise PeerError(f"target agent {self.address} answered a non-object")
+        if r.status >= 300:
+            raise PeerRefusedError(str(doc.get("error", f"HTTP {r.status}")))
+        return doc
+
+    def _path(self, step_id: str, what: str) -> str:
+        return f"{PEER_PREFIX}{step_id}/{what}"
+
+    def prepare(self, step: MigrationStep) -> dict[str, Any]:
+        return self._call(
+            "POST", self._path(step.step_id, "prepare"), step.model_dump_json().encode()
+        )
+
+    def put(self, step_id: str, rel: str, offset: int, chunk: bytes) -> None:
+        q = urllib.parse.quote(rel, safe="/")
+        self._call("PUT", self._path(step_id, f"files/{q}?offset={offset}"), chunk)
+
+    def finish(self, step_id: str, manifest: list[dict[str, Any]]) -> None:
+        self._call("POST", self._path(step_id, "finish"), json.dumps(manifest).encode())
+
+    def restore(self, step_id: str) -> str:
+        return str(self._call("POST", self._path(step_id, "restore")).get("verified", ""))
+
+    def commit(self, step_id: str) -> None:
+        self._call("POST", self._path(step_id, "commit"))
+
+    def abort(self, step_id: str) -> str:
+        return str(self._call("POST", self._path(step_id, "abort")).get("did", ""))

@@ -1,0 +1,185 @@
+"""The agent's HTTP API (stdlib server, one thread per request).
+
+clavisd's contract: ``POST /api/v1/steps`` (a MigrationStep) and ``GET /api/v1/steps/{id}``,
+both answering a StepStatus (200; a refused step is a ``failed`` status with the reason).
+Agent to agent: ``/api/v1/peer/steps/{id}/prepare|files/PATH?offset=N|finish|restore|
+commit|abort`` (incoming.py). Every request must be signed (clavis_contracts.signing):
+401 otherwise; every answer is signed back (peer.py). Malformed input: 422; unknown step:
+404; a peer refusal: 409 with ``{"error": reason}``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import time
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from pydantic import ValidationError
+
+from clavis_contracts import MigrationStep
+from clavis_contracts.signing import NonceCache, SignatureError, sign, verify
+from clavis_migrator.backend import BackendError
+from clavis_migrator.incoming import Incoming, RefusedError
+from clavis_migrator.peer import PEER_PREFIX, RESPONSE
+from clavis_migrator.steps import Machine
+
+log = logging.getLogger("clavis_migrator.server")
+
+STEP_RE = re.compile(r"^/api/v1/steps/([0-9]+:[0-9]+)$")
+PEER_RE = re.compile(
+    r"^"
+    + re.escape(PEER_PREFIX)
+    + r"([0-9]+:[0-9]+)/(prepare|finish|restore|commit|abort|files/(.+))$"
+)
+
+
+class Api:
+    """What the handler needs; one per agent."""
+
+    def __init__(
+        self,
+        secret: bytes,
+        max_skew_s: float,
+        machine: Machine,
+        incoming: Incoming,
+        max_body: int,
+    ) -> None:
+        self.secret = secret
+        self.max_skew_s = max_skew_s
+        self.nonces = NonceCache(max_skew_s)
+        # nonces are kept in memory only: refuse what was signed before this start
+        self.started = time.time()
+        self.machine = machine
+        self.incoming = incoming
+        self.max_body = max_body
+        self.lock = threading.Lock()
+
+
+class Handler(BaseHTTPRequestHandler):
+    api: Api
+    server_version = "clavis-migrator"
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s " + format, self.client_address[0], *args)
+
+    def _send(self, code: int, doc: Any) -> None:
+        body = doc if isinstance(doc, bytes) else json.dumps(doc).encode()
+        headers = sign(self.api.secret, RESPONSE, self.path, body, time.time())
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in headers.items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _body(self) -> bytes | None:
+        try:
+            n = int(self.headers.get("Content-Length", "0"))
+        except ValueError:
+            n = -1
+        if not 0 <= n <= self.api.max_body:
+            self.close_connection = True
+            self._send(413, {"error": f"body must be 0..{self.api.max_body} bytes"})
+            return None
+        return self.rfile.read(n)
+
+    def _authentic(self, body: bytes) -> bool:
+        try:
+            with self.api.lock:
+                verify(
+                    self.api.secret, self.command, self.path, body, dict(self.headers),
+                    now=time.time(), max_skew_s=self.api.max_skew_s, nonces=self.api.nonces,
+                    not_before=self.api.started,
+                )  # fmt: skip
+        except SignatureError as exc:
+            self._send(401, {"error": f"not authenticated: {exc}"})
+            return False
+        return True
+
+    def do_GET(self) -> None:
+        body = self._body()
+        if body is None or not self._authentic(body):
+            return
+        m = STEP_RE.match(self.path)
+        if not m:
+            self._send(404, {"error": f"no such resource {self.path}"})
+            return
+        rec = self.api.machine.store.get(m.group(1))
+        if rec is None:
+            self._send(404, {"error": f"step {m.group(1)} is unknown here"})
+            return
+        self._send(200, rec.status().model_dump_json().encode())
+
+    def do_POST(self) -> None:
+        self._write()
+
+    def do_PUT(self) -> None:
+        self._write()
+
+    def _write(self) -> None:
+        body = self._body()
+        if body is None or not self._authentic(body):
+            return
+        if self.command == "POST" and self.path == "/api/v1/steps":
+            try:
+                step = MigrationStep.model_validate_json(body)
+            except ValidationError as exc:
+                self._send(422, {"error": f"not a migration step: {exc}"})
+                return
+            rec = self.api.machine.submit(step)
+            self._send(200, rec.status().model_dump_json().encode())
+            return
+        url = urllib.parse.urlsplit(self.path)
+        m = PEER_RE.match(url.path)
+        if not m:
+            self._send(404, {"error": f"no such resource {self.path}"})
+            return
+        try:
+            self._send(200, self._peer(m.group(1), m.group(2), m.group(3), url.query, body))
+        except RefusedError as exc:
+            self._send(409, {"error": str(exc)})
+        except (ValidationError, ValueError, KeyError, TypeError) as exc:
+            self._send(422, {"error": f"malformed: {exc}"})
+        except BackendError as exc:
+            self._send(409, {"error": str(exc)})
+
+    def _peer(self, step_id: str, what: str, rel: str | None, query: str, body: bytes) -> Any:
+        inc = self.api.incoming
+        if rel is not None and self.command == "PUT":
+            q = urllib.parse.parse_qs(query)
+            offset = int(q["offset"][0])
+            inc.put(step_id, urllib.parse.unquote(rel), offset, body)
+            return {"ok": True}
+        if self.command != "POST":
+            raise RefusedError(f"{self.command} not allowed here")
+        if what == "prepare":
+            step = MigrationStep.model_validate_json(body)
+            if step.step_id != step_id:
+                raise RefusedError("step id in the path and the body differ")
+            return inc.prepare(step)
+        if what == "finish":
+            manifest = json.loads(body)
+            if not isinstance(manifest, list):
+                raise ValueError("manifest must be a list")
+            inc.finish(step_id, manifest)
+            return {"ok": True}
+        if what == "restore":
+            return inc.restore(step_id)
+        if what == "commit":
+            inc.commit(step_id)
+            return {"ok": True}
+        return inc.abort(step_id)
+
+
+def make_server(listen: str, port: int, api: Api) -> ThreadingHTTPServer:
+    handler = type("BoundHandler", (Handler,), {"api": api})
+    server = ThreadingHTTPServer((listen, port), handler)
+    server.daemon_threads = True
+    return server

@@ -1,0 +1,288 @@
+"""The step machine on the source host: accept, check, checkpoint, transfer, restore, commit.
+
+States are the contract's (clavis_contracts.migration): ``accepted`` when the record is on
+disk, ``running`` from the first action, then ``done`` (committed on the target),
+``failed`` (refused or broke before anything moved: the container never stopped) or
+``rolled_back`` (it stopped, and runs again on the source). Each phase is written to disk
+before it starts (store.py), so an agent restarted in the middle of a step recovers it
+(``recover``): before ``committing`` it undoes it (the target kills what it restored and
+drops its images; the source restores its own images unless the container still runs),
+from ``committing`` on it finishes the commit. No step id runs twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from clavis_contracts import MigrationStep
+from clavis_migrator.backend import Backend, BackendError
+from clavis_migrator.incoming import sha256_file
+from clavis_migrator.peer import PeerClient, PeerError, PeerForgedError
+from clavis_migrator.store import StepRecord, StepStore
+
+log = logging.getLogger("clavis_migrator.steps")
+
+PeerFactory = Callable[[str], PeerClient]
+
+
+class StepFailedError(Exception):
+    """A phase failed; ``rollback`` says whether the container has stopped."""
+
+
+class Machine:
+    def __init__(
+        self,
+        host: str,
+        *,
+        store: StepStore,
+        backend: Backend,
+        peer: PeerFactory,
+        outgoing: Path,
+        chunk_bytes: int,
+        transfer_attempts: int,
+    ) -> None:
+        self.host = host
+        self.store = store
+        self.backend = backend
+        self.peer = peer
+        self.outgoing = outgoing
+        self.outgoing.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.chunk_bytes = chunk_bytes
+        self.transfer_attempts = transfer_attempts
+        self._lock = threading.Lock()
+        self._threads: dict[str, threading.Thread] = {}
+
+    # ------------------------------------------------------------ admission
+
+    def submit(self, step: MigrationStep) -> StepRecord:
+        """The POST: a known id is a status query; a new one is checked, stored, started."""
+        with self._lock:
+            old = self.store.get(step.step_id)
+            if old is not None:
+                if old.step != step:
+                    log.warning("step %s re-sent with other content; ignored", step.step_id)
+                return old
+            reason = self._refusal(step)
+            if reason:
+                log.info("step %s refused: %s", step.step_id, reason)
+                return self.store.add(step, "failed", f"refused: {reason}")
+            rec = self.store.add(step, "accepted")
+            self._start(rec)
+            return rec
+
+    def _refusal(self, step: MigrationStep) -> str:
+        if step.source != self.host:
+            return f"this agent is host {self.host}, not the step's source {step.source}"
+        busy = [
+            r.step.step_id
+            for r in self.store.all()
+            if r.step.container == step.container and not r.terminal
+        ]
+        if busy:
+            return f"container {step.container} is already being moved by step {busy[0]}"
+        if step.container not in self.backend.running():
+            if self.backend.known(step.container):
+                return f"container {step.container} does not run on {self.host}"
+            return f"container {step.container} is unknown on {self.host}"
+        return ""
+
+    def _start(self, rec: StepRecord) -> None:
+        t = threading.Thread(
+            target=self._run, args=(rec,), name=f"step-{rec.step.step_id}", daemon=True
+        )
+        self._threads[rec.step.step_id] = t
+        t.start()
+
+    def join(self, timeout: float) -> None:
+        """Wait (bounded) for every running step: tests and shutdown."""
+        deadline = time.monotonic() + timeout
+        for t in list(self._threads.values()):
+            t.join(max(0.0, deadline - time.monotonic()))
+
+    # ------------------------------------------------------------ one step
+
+    def _images(self, step: MigrationStep) -> Path:
+        return self.outgoing / step.step_id.replace(":", "_")
+
+    def _note(self, rec: StepRecord, line: str, **changes: Any) -> StepRecord:
+        log.info("step %s: %s", rec.step.step_id, line)
+        events = [*rec.events, line]
+        return self.store.update(rec, events=events, message="; ".join(events), **changes)
+
+    def _run(self, rec: StepRecord) -> None:
+        step = rec.step
+        t0 = time.monotonic()
+        deadline = t0 + step.deadline_s
+        stopped = False  # the container no longer runs on the source
+        frozen_t0 = 0.0
+
+        def in_time(what: str) -> None:
+            if time.monotonic() > deadline:
+                raise StepFailedError(f"deadline of {step.deadline_s:g} s passed before {what}")
+
+        try:
+            rec = self.store.update(rec, state="running", phase="prepare")
+            peer = self.peer(step.target_address)
+            try:
+                got = peer.prepare(step)
+            except PeerForgedError as exc:
+                raise StepFailedError(f"refused: {exc}") from exc
+            except PeerError as exc:
+                raise StepFailedError(f"target {step.target} refused: {exc}") from exc
+            if got.get("host") != step.target:
+                raise StepFailedError(
+                    f"refused: the agent at {step.target_address} is host {got.get('host')!r}, "
+                    f"not {step.target}"
+                )
+            in_time("the checkpoint")
+            images = self._images(step)
+            shutil.rmtree(images, ignore_errors=True)
+            images.mkdir(parents=True)
+            rec = self.store.update(rec, phase="checkpoint")
+            frozen_t0 = time.monotonic()
+            try:
+                self.backend.checkpoint(step.container, images)
+            except BackendError as exc:
+                stopped = step.container not in self.backend.running()
+                raise StepFailedError(f"checkpoint on {self.host} failed: {exc}") from exc
+            stopped = True
+            rec = self._note(rec, f"checkpointed on {self.host}", phase="transfer")
+            in_time("the transfer")
+            moved = self._transfer(peer, step, images)
+            rec = self._note(
+                rec, f"{moved} bytes sent to {step.target}", phase="restore", bytes_moved=moved
+            )
+            in_time("the restore")
+            try:
+                seen = peer.restore(step.step_id)
+            except PeerError as exc:
+                raise StepFailedError(str(exc)) from exc
+            frozen = time.monotonic() - frozen_t0
+            rec = self._note(
+                rec,
+                f"restored on {step.target} ({seen}); frozen {frozen:.2f} s",
+                phase="committing",
+                frozen_s=frozen,
+            )
+        except StepFailedError as exc:
+            self._fail(rec, str(exc), stopped, t0)
+            return
+        except Exception as exc:  # a bug must still end the step with the container up
+            log.exception("step %s", step.step_id)
+            self._fail(rec, f"internal error: {exc!r}", stopped, t0)
+            return
+        self._commit(rec, t0)
+
+    def _transfer(self, peer: PeerClient, step: MigrationStep, images: Path) -> int:
+        files = sorted(p for p in images.rglob("*") if p.is_file())
+        manifest = [
+            {"path": str(p.relative_to(images)), "size": p.stat().st_size, "sha256": sha256_file(p)}
+            for p in files
+        ]
+        last = ""
+        for attempt in range(1, self.transfer_attempts + 1):
+            sent = 0
+            try:
+                if attempt > 1:
+                    peer.prepare(step)  # empties the target's directory: start clean
+                for p, m in zip(files, manifest, strict=True):
+                    with open(p, "rb") as f:
+                        offset = 0
+                        while chunk := f.read(self.chunk_bytes):
+                            peer.put(step.step_id, str(m["path"]), offset, chunk)
+                            offset += len(chunk)
+                            sent += len(chunk)
+                peer.finish(step.step_id, manifest)
+                return sent
+            except PeerForgedError as exc:
+                raise StepFailedError(f"transfer to {step.target}: {exc}") from exc
+            except PeerError as exc:
+                last = str(exc)
+                log.warning("step %s: transfer attempt %d: %s", step.step_id, attempt, last)
+                time.sleep(min(0.5 * attempt, 2.0))
+        raise StepFailedError(
+            f"transfer to {step.target} failed {self.transfer_attempts} times, last: {last}"
+        )
+
+    # ------------------------------------------------------------ endings
+
+    def _fail(self, rec: StepRecord, why: str, stopped: bool, t0: float) -> None:
+        rec = self._note(rec, why)
+        if rec.phase == "prepare" and not stopped:
+            self._abort_target(rec)
+            self._end(rec, "failed", f"the container still runs on {self.host}", t0)
+            return
+        rec, state, line = self._undo(rec, stopped)
+        self._end(rec, state, line, t0)
+
+    def _abort_target(self, rec: StepRecord) -> StepRecord:
+        try:
+            did = self.peer(rec.step.target_address).abort(rec.step.step_id)
+            return self._note(rec, f"target: {did}")
+        except PeerError as exc:
+            return self._note(rec, f"target abort failed: {exc}")
+
+    def _undo(self, rec: StepRecord, stopped: bool) -> tuple[StepRecord, Any, str]:
+        """Make the container run on the source again; (record, state, last line)."""
+        step = rec.step
+        rec = self._abort_target(rec)
+        if step.container in self.backend.running():
+            if not stopped:
+                return rec, "failed", f"the container still runs on {self.host}"
+            return rec, "rolled_back", f"the container runs on {self.host}"
+        images = self._images(step)
+        if not images.is_dir() or not any(images.iterdir()):
+            why = f"ROLLBACK IMPOSSIBLE: no images in {images}; the container is not running"
+            return rec, "failed", why
+        try:
+            self.backend.restore(step.container, images)
+            seen = self.backend.verify(step.container)
+        except BackendError as exc:
+            why = f"ROLLBACK FAILED: restore on {self.host}: {exc}; images kept in {images}"
+            return rec, "failed", why
+        shutil.rmtree(images, ignore_errors=True)
+        return rec, "rolled_back", f"rolled back: restored on {self.host} ({seen})"
+
+    def _end(self, rec: StepRecord, state: Any, line: str, t0: float) -> None:
+        rec = self._note(rec, line)
+        self.store.update(
+            rec, state=state, phase="finished", seconds=round(time.monotonic() - t0, 3)
+        )
+
+    def _commit(self, rec: StepRecord, t0: float) -> None:
+        step = rec.step
+        try:
+            self.backend.commit(step.container, self._images(step))
+            shutil.rmtree(self._images(step), ignore_errors=True)
+        except BackendError as exc:
+            rec = self._note(rec, f"source clean-up: {exc}")
+        try:
+            self.peer(step.target_address).commit(step.step_id)
+        except PeerError as exc:
+            rec = self._note(rec, f"target clean-up: {exc}")
+        self._end(rec, "done", f"committed: {step.container} runs on {step.target}", t0)
+
+    # ------------------------------------------------------------ agent restart
+
+    def recover(self) -> None:
+        """Finish or undo the steps a previous run of this agent left unfinished."""
+        for rec in self.store.all():
+            if rec.terminal:
+                continue
+            t0 = time.monotonic()
+            if rec.phase == "queued":
+                self._start(rec)  # nothing happened yet: run it now
+                continue
+            again = self._note(rec, f"agent restarted during phase {rec.phase}")
+            if again.phase == "committing":
+                self._commit(again, t0)
+            elif again.phase == "prepare":
+                self._fail(again, "not started", False, t0)
+            else:
+                self._fail(again, "undone", True, t0)

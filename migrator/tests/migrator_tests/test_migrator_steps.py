@@ -1,0 +1,218 @@
+"""The step machine between two real agents on loopback (backend: world.TableBackend)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from clavis_migrator.agent import Agent
+from clavis_migrator.store import StepStore
+
+from .world import Table, TableBackend, files_under, make_agent, post, step, table, wait_terminal
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> Iterator[tuple[Agent, TableBackend, Agent, TableBackend, Table]]:
+    t = table("c1", "c2", memory=50_000)
+    t.where["c3"] = "h2"  # runs on the target
+    t.memory["c3"], t.sizes["c3"] = b"x", t.sizes["c1"]
+    a1, b1 = make_agent(tmp_path, "h1", t)
+    a2, b2 = make_agent(tmp_path, "h2", t, cores=2, memory_bytes=3 * 2**30)
+    yield a1, b1, a2, b2, t
+    a1.stop()
+    a2.stop()
+
+
+def test_a_step_moves_the_container_and_cleans_both_hosts(pair, tmp_path: Path) -> None:
+    a1, _, a2, _, t = pair
+    before = t.memory["c1"]
+    first = post(a1.port, step(a2.port))
+    assert first["state"] in ("accepted", "running", "done")
+    done = wait_terminal(a1.port, "1:0")
+    assert done["state"] == "done", done
+    assert t.where["c1"] == "h2" and t.memory["c1"] == before  # every byte arrived
+    assert "committed: c1 runs on h2" in done["message"]
+    assert done["seconds"] is not None
+    rec = a1.store.get("1:0")
+    assert rec is not None and rec.bytes_moved == len(before) + 3 and rec.frozen_s is not None
+    # 50,000 bytes in 4,096-byte chunks: many signed PUTs, all checked at the end
+    assert files_under(tmp_path / "h1" / "outgoing") == []
+    assert files_under(tmp_path / "h2" / "incoming") == []
+    assert t.calls == [
+        "checkpoint c1 on h1",
+        "restore c1 on h2",
+        "commit c1 on h1",
+        "commit c1 on h2",
+    ]
+
+
+def test_a_step_id_seen_before_is_a_status_query_also_after_a_restart(pair, tmp_path: Path) -> None:
+    a1, _, a2, _, t = pair
+    s = step(a2.port)
+    post(a1.port, s)
+    assert wait_terminal(a1.port, "1:0")["state"] == "done"
+    again = post(a1.port, s)
+    assert again["state"] == "done"
+    a1.stop()
+    a1b, _ = make_agent(tmp_path, "h1", t)  # same state_dir: a restarted agent
+    try:
+        assert wait_terminal(a1b.port, "1:0")["state"] == "done"
+        assert post(a1b.port, s)["state"] == "done"
+    finally:
+        a1b.stop()
+    assert t.calls.count("checkpoint c1 on h1") == 1  # never ran twice
+    assert t.where["c1"] == "h2"
+
+
+def _until(pred: Callable[[], bool], timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.02)
+
+
+def _refused(a1: Agent, s, word: str) -> str:
+    doc = post(a1.port, s)
+    assert doc["state"] == "failed", doc
+    assert doc["message"].startswith("refused") or "refused" in doc["message"], doc
+    assert word in doc["message"], doc
+    return str(doc["message"])
+
+
+def test_refusals_name_their_reason_and_nothing_moves(pair) -> None:
+    a1, _, a2, _, t = pair
+    _refused(a1, step(a2.port, container="nope"), "unknown on h1")
+    _refused(a1, step(a2.port, container="c3", index=1), "does not run on h1")
+    _refused(a1, step(a2.port, index=2, source="h9", target="h2"), "not the step's source h9")
+    # the target has 2 cores, c3 uses 1: a 2-core container does not fit
+    s = step(a2.port, index=3, cores=2)
+    post(a1.port, s)
+    doc = wait_terminal(a1.port, "1:3")
+    assert doc["state"] == "failed" and "over its cores: 1 in use + 2 > 2" in doc["message"], doc
+    post(a1.port, step(a2.port, index=4, memory_bytes=2 * 2**30 + 1))
+    doc = wait_terminal(a1.port, "1:4")
+    assert doc["state"] == "failed" and "over its memory" in doc["message"], doc
+    # the address is an agent, but of another host
+    post(a1.port, step(a2.port, index=5, target="h7"))
+    doc = wait_terminal(a1.port, "1:5")
+    assert doc["state"] == "failed" and "not the step's target h7" in doc["message"], doc
+    assert "c1 still runs on h1" in doc["message"] or "still runs on h1" in doc["message"]
+    assert t.where == {"c1": "h1", "c2": "h1", "c3": "h2"}
+    assert not any(c.startswith("checkpoint") for c in t.calls)
+
+
+def test_a_second_step_on_the_same_container_is_refused(pair) -> None:
+    a1, b1, a2, _, t = pair
+    b1.hold = threading.Event()
+    post(a1.port, step(a2.port))
+    doc = post(a1.port, step(a2.port, index=1))
+    assert doc["state"] == "failed"
+    assert "c1 is already being moved by step 1:0" in doc["message"]
+    b1.hold.set()
+    assert wait_terminal(a1.port, "1:0")["state"] == "done"
+    assert t.calls.count("checkpoint c1 on h1") == 1
+
+
+def test_a_target_with_another_secret_is_not_trusted(tmp_path: Path) -> None:
+    t = table("c1")
+    a1, _ = make_agent(tmp_path, "h1", t)
+    a2, _ = make_agent(tmp_path, "h2", t, secret=b"some-other-secret-abcdefghij")
+    try:
+        post(a1.port, step(a2.port))
+        doc = wait_terminal(a1.port, "1:0")
+    finally:
+        a1.stop()
+        a2.stop()
+    assert doc["state"] == "failed", doc
+    assert "not a Clavis migrator with this secret" in doc["message"]
+    assert t.where["c1"] == "h1" and t.calls == []
+
+
+def test_a_failed_restore_on_the_target_rolls_back_to_the_source(pair, tmp_path: Path) -> None:
+    a1, _, a2, b2, t = pair
+    b2.fail.add("restore")
+    post(a1.port, step(a2.port))
+    doc = wait_terminal(a1.port, "1:0")
+    assert doc["state"] == "rolled_back", doc
+    assert "restore on h2 failed: criu restore: injected failure" in doc["message"]
+    assert "rolled back: restored on h1" in doc["message"]
+    assert t.where["c1"] == "h1"
+    assert files_under(tmp_path / "h2" / "incoming") == []  # the target dropped its images
+    assert files_under(tmp_path / "h1" / "outgoing") == []
+
+
+def test_a_failed_verify_kills_the_target_copy_then_rolls_back(pair) -> None:
+    a1, _, a2, b2, t = pair
+    b2.fail.add("verify")
+    post(a1.port, step(a2.port))
+    doc = wait_terminal(a1.port, "1:0")
+    assert doc["state"] == "rolled_back", doc
+    assert "kill c1 on h2" in t.calls
+    assert t.where["c1"] == "h1"  # running exactly once, on the source
+
+
+def test_a_target_gone_mid_transfer_rolls_back(pair) -> None:
+    a1, b1, a2, _, t = pair
+    # the target agent dies while the source dumps: every transfer attempt fails
+    b1.hold = threading.Event()
+    post(a1.port, step(a2.port))
+    _until(lambda: "checkpoint c1 on h1" in t.calls)
+    a2.stop()
+    b1.hold.set()
+    doc = wait_terminal(a1.port, "1:0", timeout=30)
+    assert doc["state"] == "rolled_back", doc
+    assert "failed 3 times" in doc["message"] and "unreachable" in doc["message"]
+    assert t.where["c1"] == "h1"
+
+
+def test_a_failed_checkpoint_leaves_the_container_running(pair) -> None:
+    a1, b1, a2, _, t = pair
+    b1.fail.add("checkpoint")
+    post(a1.port, step(a2.port))
+    doc = wait_terminal(a1.port, "1:0")
+    assert doc["state"] == "failed", doc
+    assert "checkpoint on h1 failed" in doc["message"] and "still runs on h1" in doc["message"]
+    assert t.where["c1"] == "h1" and "restore c1 on h1" not in t.calls
+
+
+def test_a_checkpoint_that_failed_after_stopping_restores_on_the_source(pair) -> None:
+    a1, b1, a2, _, t = pair
+    b1.fail.add("checkpoint-stopped")
+    post(a1.port, step(a2.port))
+    doc = wait_terminal(a1.port, "1:0")
+    assert doc["state"] == "rolled_back", doc
+    assert t.where["c1"] == "h1" and "restore c1 on h1" in t.calls
+
+
+def test_an_agent_killed_mid_step_undoes_it_at_restart(tmp_path: Path) -> None:
+    t = table("c1")
+    a2, _ = make_agent(tmp_path, "h2", t)
+    # What a kill -9 during the transfer leaves on the source: the record says
+    # "transfer", the images are in outgoing/, the container is stopped.
+    store = StepStore(tmp_path / "h1" / "steps")
+    s = step(a2.port)
+    rec = store.add(s, "accepted")
+    store.update(rec, state="running", phase="transfer")
+    images = tmp_path / "h1" / "outgoing" / "1_0"
+    images.mkdir(parents=True)
+    (images / "inventory.img").write_bytes(b"inv")
+    (images / "pages-1.img").write_bytes(t.memory["c1"])
+    t.where["c1"] = None
+    a1, _ = make_agent(tmp_path, "h1", t)
+    try:
+        doc = wait_terminal(a1.port, "1:0")
+        assert post(a1.port, s)["state"] == "rolled_back"  # and it never runs again
+    finally:
+        a1.stop()
+        a2.stop()
+    assert doc["state"] == "rolled_back", doc
+    assert "agent restarted during phase transfer" in doc["message"]
+    assert "rolled back: restored on h1" in doc["message"]
+    assert t.where["c1"] == "h1" and t.calls == ["restore c1 on h1"]
+    on_disk = json.loads((tmp_path / "h1" / "steps" / "1_0.json").read_text())
+    assert on_disk["state"] == "rolled_back"

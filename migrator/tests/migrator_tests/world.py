@@ -1,0 +1,166 @@
+"""Two real agents on loopback over a backend that keeps its containers in a shared table.
+
+The step machine, the signed HTTP API, the chunked transfer and the checksums all run for
+real; only CRIU is replaced, by ``TableBackend``: a checkpoint writes the container's
+"memory" into image files and marks it stopped, a restore reads them back on another
+host. Faults are injected by name. The real LXC/CRIU backend is tested on the testbed
+(tests/integration/test_migrator_lxc.py).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from clavis_contracts import MigrationStep
+from clavis_contracts.signing import sign
+from clavis_migrator.agent import Agent
+from clavis_migrator.backend import BackendError, Size
+from clavis_migrator.config import parse
+
+SECRET = b"migrator-test-secret-0123456789"
+
+
+@dataclass
+class Table:
+    """Where each container runs (None: stopped) and its memory."""
+
+    where: dict[str, str | None] = field(default_factory=dict)
+    memory: dict[str, bytes] = field(default_factory=dict)
+    sizes: dict[str, Size] = field(default_factory=dict)
+    calls: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class TableBackend:
+    def __init__(self, host: str, table: Table) -> None:
+        self.host, self.t = host, table
+        self.fail: set[str] = set()  # "checkpoint", "checkpoint-stopped", "restore", "verify"
+        self.hold: threading.Event | None = None  # checkpoint waits for it when set
+
+    def running(self) -> dict[str, Size]:
+        with self.t.lock:
+            return {n: self.t.sizes[n] for n, h in self.t.where.items() if h == self.host}
+
+    def known(self, name: str) -> bool:
+        return name in self.t.where
+
+    def checkpoint(self, name: str, images: Path) -> None:
+        self.t.calls.append(f"checkpoint {name} on {self.host}")
+        if self.hold is not None:
+            self.hold.wait(20)
+        if "checkpoint" in self.fail:
+            raise BackendError("criu dump: injected failure")
+        (images / "inventory.img").write_bytes(b"inv")
+        (images / "pages-1.img").write_bytes(self.t.memory[name])
+        with self.t.lock:
+            self.t.where[name] = None
+        if "checkpoint-stopped" in self.fail:
+            raise BackendError("criu dump: injected failure after stopping")
+
+    def restore(self, name: str, images: Path) -> None:
+        self.t.calls.append(f"restore {name} on {self.host}")
+        if "restore" in self.fail:
+            raise BackendError("criu restore: injected failure")
+        data = (images / "pages-1.img").read_bytes()
+        with self.t.lock:
+            if self.t.where[name] is not None:
+                raise BackendError(f"{name} already runs on {self.t.where[name]}")
+            self.t.where[name] = self.host
+            self.t.memory[name] = data
+
+    def verify(self, name: str) -> str:
+        if "verify" in self.fail:
+            raise BackendError("verify: injected failure")
+        return f"{name} up"
+
+    def kill(self, name: str) -> None:
+        self.t.calls.append(f"kill {name} on {self.host}")
+        with self.t.lock:
+            if self.t.where.get(name) == self.host:
+                self.t.where[name] = None
+
+    def commit(self, name: str, images: Path) -> None:
+        self.t.calls.append(f"commit {name} on {self.host}")
+
+
+def make_agent(
+    tmp: Path, host: str, table: Table, secret: bytes = SECRET, **opts: Any
+) -> tuple[Agent, TableBackend]:
+    secret_file = tmp / f"{host}.secret"
+    secret_file.write_bytes(secret)
+    doc = {
+        "host": host, "listen": "127.0.0.1", "port": 0, "secret_file": str(secret_file),
+        "state_dir": str(tmp / host), "cores": 4, "memory_bytes": 4 * 2**30,
+        "chunk_bytes": 4096, "peer_timeout_s": 5.0, **opts,
+    }  # fmt: skip
+    backend = TableBackend(host, table)
+    agent = Agent(parse(doc), secret, backend)
+    agent.start()
+    return agent, backend
+
+
+def step(target_port: int, container: str = "c1", index: int = 0, **over: Any) -> MigrationStep:
+    doc: dict[str, Any] = {
+        "step_id": f"1:{index}", "plan": 1, "index": index, "wave": 0,
+        "container": container, "source": "h1", "target": "h2",
+        "target_address": f"127.0.0.1:{target_port}",
+        "memory_bytes": 2**30, "cores": 1, "deadline_s": 60,
+    }  # fmt: skip
+    doc.update(over)
+    return MigrationStep.model_validate(doc)
+
+
+def call(
+    port: int,
+    method: str,
+    path: str,
+    body: bytes = b"",
+    *,
+    secret: bytes = SECRET,
+    headers: dict[str, str] | None = None,
+) -> tuple[int, dict[str, Any]]:
+    """A signed request as clavisd sends it; (status, JSON answer)."""
+    h = headers if headers is not None else sign(secret, method, path, body, time.time())
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request(method, path, body=body, headers=h)
+        r = conn.getresponse()
+        return r.status, json.loads(r.read() or b"{}")
+    finally:
+        conn.close()
+
+
+def post(port: int, s: MigrationStep) -> dict[str, Any]:
+    code, doc = call(port, "POST", "/api/v1/steps", s.model_dump_json().encode())
+    assert code == 200, doc
+    return doc
+
+
+def wait_terminal(port: int, step_id: str, timeout: float = 20) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        code, doc = call(port, "GET", f"/api/v1/steps/{step_id}")
+        assert code == 200, doc
+        if doc["state"] in ("done", "failed", "rolled_back") or time.monotonic() > deadline:
+            return doc
+        time.sleep(0.05)
+
+
+def files_under(d: Path) -> list[str]:
+    return sorted(str(p.relative_to(d)) for p in d.rglob("*") if p.is_file()) if d.exists() else []
+
+
+def table(*names: str, memory: int = 10_000) -> Table:
+    t = Table()
+    for n in names:
+        t.where[n] = "h1"
+        t.memory[n] = os.urandom(memory)
+        t.sizes[n] = Size(1, 2**30)
+    return t
