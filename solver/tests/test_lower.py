@@ -3,6 +3,7 @@ relaxation says so. The optimum of each objective comes from exhaustive enumerat
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from typing import Any
 
@@ -13,6 +14,7 @@ from clavis.instance import Instance, build_instance
 from clavis.model import Cluster, Placement, Workload
 from clavis.objectives import Weights, bounds, evaluate, score
 from clavis.placement import SolveOptions, lower, place
+from clavis.placement.baselines import random_assignment
 from clavis.placement.exact import TooLargeError, feasible_assignments
 from clavis.realistic import RealisticSpec, generate
 from clavis.synthetic import GIB, enumerable_instance, host_document, small_instance
@@ -176,3 +178,37 @@ def test_solve_reports_a_positive_bound_on_realistic_snapshots() -> None:
         got = place(method, inst, w, SolveOptions(time_limit=2, seed=0, workers=1))
         assert got.bound is not None and got.score is not None, method
         assert floor - 1e-12 <= got.bound <= got.score.F + 1e-9, method
+
+
+def test_bounds_hold_with_drained_and_down_hosts_and_a_current_placement() -> None:
+    # A drained host keeps only its residents and a down host nothing: the relaxations
+    # count their capacity accordingly (lower._capacities).
+    checked = 0
+    for seed in range(150):
+        rng = random.Random(seed)
+        inst = _tight(rng)
+        cur = None if inst is None else random_assignment(inst, rng)
+        if inst is None or cur is None:
+            continue
+        hosts = list(inst.hosts)
+        k = rng.randrange(len(hosts))
+        hosts[k] = dataclasses.replace(hosts[k], state=rng.choice(["drain", "down"]))
+        if hosts[k].state == "down" and k in cur:
+            continue
+        inst = dataclasses.replace(inst, hosts=tuple(hosts), current=tuple(cur))
+        try:
+            placements = feasible_assignments(inst, max_leaves=20_000)
+        except TooLargeError:
+            continue
+        if not placements:
+            continue
+        w = Weights(1 + rng.randint(0, 5), rng.randint(0, 5), rng.randint(0, 5), rng.randint(0, 3))
+        limits = bounds(inst)
+        got = lower.lower_bound(inst, w, limits)
+        for name in "PDC":
+            best = min(getattr(evaluate(inst, a), name) for a in placements)
+            assert getattr(got, name) <= best + 1e-9 * max(1.0, best), (seed, name)
+        optimum = min(score(inst, a, w, limits).F for a in placements)
+        assert optimum + 1e-9 >= got.F, seed
+        checked += 1
+    assert checked > 50
