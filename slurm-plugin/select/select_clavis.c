@@ -4,13 +4,14 @@
  * Every select call is forwarded to select/cons_tres, loaded through Slurm's plugin
  * API with the symbol table of clavis_slurm_compat.h, checked at init(). Only
  * select_p_job_test in SELECT_MODE_RUN_NOW is changed: with fresh, valid advice a
- * devil job first tries the nodes whose host runs no devil, and a multi-node job first
+ * devil job first tries the nodes of devil-free hosts, then those whose host runs no
+ * devil (hosts of unknown contention included), and a multi-node job first
  * tries the rack with the most usable nodes. A job is a devil by its hint (sbatch
  * --clavis-class=devil|turtle, which spank_clavis.so puts in the job's SPANK job
  * control environment as CLAVIS_CLASS: an override), else by the class clavisd
  * remembers for its application, the key "UID:NAME" of the job's user id and name
  * (the advice's "apps", schema v2).
- * Whenever the narrowed set cannot place the job, cons_tres gets the unmodified set:
+ * Whenever the narrowed sets cannot place the job, cons_tres gets the unmodified set:
  * no job waits that stock Slurm would have started. Missing, stale, corrupt or huge
  * advice is logged once per change and leaves every call as cons_tres.
  *
@@ -202,6 +203,23 @@ static void _drop_devil_hosts(const clavis_advice_t *adv, bitstr_t *bm)
 	}
 }
 
+/* Clear from `bm` the nodes the advice cannot vouch for: no entry, or a host whose
+ * contention is unknown (a container on it that clavisd cannot class yet, or no
+ * recent report from it). */
+static void _drop_unknown_hosts(const clavis_advice_t *adv, bitstr_t *bm)
+{
+	const clavis_advice_node_t *a;
+	int i;
+
+	for (i = 0; i < node_record_count; i++) {
+		if (!bit_test(bm, i) || !CLAVIS_NODE(i))
+			continue;
+		a = clavis_advice_find(adv, CLAVIS_NODE(i)->name);
+		if (!a || a->contention == ADV_UNKNOWN)
+			bit_clear(bm, i);
+	}
+}
+
 /* The advice entry of node index `i` if it is in `bm`, else NULL. */
 static const clavis_advice_node_t *_entry(const clavis_advice_t *adv,
 					  bitstr_t *bm, int i)
@@ -250,29 +268,20 @@ static int _keep_best_rack(const clavis_advice_t *adv, bitstr_t *bm,
 }
 
 /*
- * The advised candidate set for a job, or NULL when the advice says nothing for it
- * (then the caller uses the unmodified set). Holds advice_lock.
+ * `bitmap` narrowed for a job: a devil drops the hosts running a devil (and with
+ * `strict` also the hosts the advice cannot vouch for), a multi-node job keeps the
+ * best rack. RET the set, or NULL if it is not narrower or too small.
  */
-static bitstr_t *_advised(job_record_t *job_ptr, bitstr_t *bitmap,
-			  uint32_t min_nodes)
+static bitstr_t *_narrowed(const clavis_advice_t *adv, bitstr_t *bitmap,
+			   uint32_t min_nodes, int devil, int strict)
 {
-	clavis_class_t hint = _job_hint(job_ptr);
-	const clavis_advice_t *adv;
-	int devil, narrowed = 0;
-	bitstr_t *bm;
+	bitstr_t *bm = bit_copy(bitmap);
+	int narrowed = 0;
 
-	/* the advice has nothing to say about a turtle-hinted single-node job: not
-	 * even the fstat of the file is spent on it */
-	if (hint == ADV_CLASS_TURTLE && min_nodes < 2)
-		return NULL;
-	if (!(adv = _advice()))
-		return NULL;
-	devil = _job_is_devil(adv, job_ptr, hint);
-	if (!devil && min_nodes < 2)
-		return NULL;
-	bm = bit_copy(bitmap);
 	if (devil) {
 		_drop_devil_hosts(adv, bm);
+		if (strict)
+			_drop_unknown_hosts(adv, bm);
 		narrowed = 1;
 	}
 	if (min_nodes >= 2 && !_keep_best_rack(adv, bm, min_nodes))
@@ -283,6 +292,37 @@ static bitstr_t *_advised(job_record_t *job_ptr, bitstr_t *bitmap,
 		return NULL;
 	}
 	return bm;
+}
+
+/*
+ * The advised candidate sets for a job, best first, into sets[0..1] (NULL when the
+ * advice says nothing for it: then the caller uses the unmodified set). A devil job
+ * first tries the devil-free hosts, then every host running no devil (hosts of unknown
+ * contention included: the advice fails open there). Holds advice_lock.
+ */
+static void _advised(job_record_t *job_ptr, bitstr_t *bitmap,
+		     uint32_t min_nodes, bitstr_t *sets[2])
+{
+	clavis_class_t hint = _job_hint(job_ptr);
+	const clavis_advice_t *adv;
+	int devil;
+
+	sets[0] = sets[1] = NULL;
+	/* the advice has nothing to say about a turtle-hinted single-node job: not
+	 * even the fstat of the file is spent on it */
+	if (hint == ADV_CLASS_TURTLE && min_nodes < 2)
+		return;
+	if (!(adv = _advice()))
+		return;
+	devil = _job_is_devil(adv, job_ptr, hint);
+	if (!devil && min_nodes < 2)
+		return;
+	sets[1] = _narrowed(adv, bitmap, min_nodes, devil, 0);
+	if (!devil)
+		return;
+	sets[0] = _narrowed(adv, bitmap, min_nodes, devil, 1);
+	if (sets[0] && sets[1] && bit_equal(sets[0], sets[1]))
+		FREE_NULL_BITMAP(sets[0]);
 }
 
 /* Required plugin symbols */
@@ -338,7 +378,7 @@ CLAVIS_SELECT_OPS(FORWARD, OPS_NONE)
 /*
  * IN/OUT job_ptr, bitmap (usable nodes in, chosen nodes out), IN the rest: as
  * cons_tres. In RUN_NOW mode without preemption and without required nodes, first
- * the advised subset, then (if that fails) the unmodified set.
+ * the advised subsets, best first, then (if they fail) the unmodified set.
  * RET cons_tres's answer for the set it finally got.
  */
 extern int select_p_job_test(job_record_t *job_ptr, bitstr_t *bitmap,
@@ -354,32 +394,38 @@ extern int select_p_job_test(job_record_t *job_ptr, bitstr_t *bitmap,
 			     clavis_list_t *preemptee_job_list,
 			     CLAVIS_JOB_TEST_EXTRA_PARAMS)
 {
-	bitstr_t *bm = NULL;
-	int rc;
+	bitstr_t *sets[2] = { NULL, NULL };
+	int i, rc = SLURM_ERROR;
 
 	if ((mode & SELECT_MODE_BASE) == SELECT_MODE_RUN_NOW &&
 	    !preemptee_candidates && job_ptr->details &&
 	    !job_ptr->details->req_node_bitmap) {
 		slurm_mutex_lock(&advice_lock);
-		bm = _advised(job_ptr, bitmap, min_nodes);
+		_advised(job_ptr, bitmap, min_nodes, sets);
 		slurm_mutex_unlock(&advice_lock);
 	}
-	if (bm) {
-		rc = cons.job_test(job_ptr, bm, min_nodes, max_nodes, req_nodes,
-				   mode, preemptee_candidates,
+	for (i = 0; i < 2; i++) {
+		if (!sets[i] || rc == SLURM_SUCCESS)
+			continue;
+		rc = cons.job_test(job_ptr, sets[i], min_nodes, max_nodes,
+				   req_nodes, mode, preemptee_candidates,
 				   preemptee_job_list,
 				   CLAVIS_JOB_TEST_EXTRA_ARGS);
 		if (rc == SLURM_SUCCESS) {
-			log_flag(SELECT_TYPE, "%s: %pJ placed on advised nodes",
-				 plugin_type, job_ptr);
-			bit_copybits(bitmap, bm);
-			FREE_NULL_BITMAP(bm);
-			return rc;
+			log_flag(SELECT_TYPE, "%s: %pJ placed on advised nodes%s",
+				 plugin_type, job_ptr,
+				 i == 0 ? " (devil-free hosts)" : "");
+			bit_copybits(bitmap, sets[i]);
+		} else {
+			log_flag(SELECT_TYPE, "%s: %pJ: advised nodes%s cannot take it now",
+				 plugin_type, job_ptr,
+				 i == 0 ? " (devil-free hosts)" : "");
 		}
-		log_flag(SELECT_TYPE, "%s: %pJ: advised nodes cannot take it now; all candidates",
-			 plugin_type, job_ptr);
-		FREE_NULL_BITMAP(bm);
 	}
+	FREE_NULL_BITMAP(sets[0]);
+	FREE_NULL_BITMAP(sets[1]);
+	if (rc == SLURM_SUCCESS)
+		return rc;
 	return cons.job_test(job_ptr, bitmap, min_nodes, max_nodes, req_nodes,
 			     mode, preemptee_candidates, preemptee_job_list,
 			     CLAVIS_JOB_TEST_EXTRA_ARGS);

@@ -168,6 +168,27 @@ def test_an_application_remembered_as_a_devil_avoids_devil_hosts(clavis: MiniClu
     assert clavis.placed(job) == "n1"
 
 
+def test_devil_prefers_devil_free_hosts_to_hosts_of_unknown_contention(
+    clavis: MiniCluster,
+) -> None:
+    """One node per host: h1 runs a devil, h2 holds a container clavisd cannot class
+    (contention unknown), h3 and h4 are devil-free. A devil job goes to h3 or h4; when
+    they are busy, to h2 rather than waiting (unknown is not avoided at any cost)."""
+    hosts = {"n1": ("h1", "r1"), "n2": ("h2", "r1"), "n3": ("h3", "r2"), "n4": ("h4", "r2")}
+    doc = json.loads(json.dumps(advice_doc({"n1": "devil"}, topology=hosts)))
+    doc["nodes"] = [{**n, "contention": "unknown"} if n["node"] == "n2" else n
+                    for n in doc["nodes"]]  # fmt: skip
+    clavis.advice.write_text(json.dumps(doc))
+    job = clavis.submit("-N1", "--clavis-class=devil")
+    assert clavis.placed(job) in ("n3", "n4")  # stock: n1; without the preference: n2
+    assert "placed on advised nodes (devil-free hosts)" in clavis.log()
+    clavis.cancel_all()
+    busy = [clavis.submit("-N1", "-w", n) for n in ("n3", "n4")]
+    assert [clavis.placed(j) for j in busy] == ["n3", "n4"]
+    job = clavis.submit("-N1", "--clavis-class=devil")
+    assert clavis.placed(job, timeout=10) == "n2"
+
+
 def test_devil_runs_where_stock_would_when_advice_leaves_no_room(clavis: MiniCluster) -> None:
     clavis.advice.write_text(json.dumps(advice_doc({"n1": "devil", "n3": "devil"})))
     # every host runs a devil: the advised set is empty, the job runs at once anyway
