@@ -212,3 +212,20 @@ def test_bounds_hold_with_drained_and_down_hosts_and_a_current_placement() -> No
         assert optimum + 1e-9 >= got.F, seed
         checked += 1
     assert checked > 50
+
+
+def test_power_and_contention_are_bound_jointly_by_hosts_in_use() -> None:
+    # Two one-core devil jobs, hosts of 4 cores and one domain. Apart, P's bound is one
+    # host on and D's is 0 (two hosts keep both calm), which no placement reaches: one
+    # host on makes both jobs lag, two hosts cost a second switch-on. Jointly, by the
+    # number of hosts on, the bound is the optimum itself.
+    jobs = [{"name": f"j{i}", "containers": [container(f"d{i}", 1, mpki=20)]} for i in range(2)]
+    inst = instance([host(f"h{i}", cores=4, domains=1) for i in range(2)], jobs)
+    w = Weights(1, 1, 0)
+    limits = bounds(inst)
+    got = lower.lower_bound(inst, w, limits)
+    (k_p, k_d, _, _), offset = limits.linear(w)
+    apart = k_p * got.P + k_d * got.D + offset
+    optimum = min(score(inst, a, w, limits).F for a in feasible_assignments(inst))
+    assert apart < optimum - 1e-6
+    assert pytest.approx(optimum) == got.F

@@ -22,9 +22,13 @@ instance. Each objective has a relaxation that needs no search:
   is seen from both ends. A connected set split over q places also cuts at least q - 1
   distinct flows. Bounds on disjoint sets of flows add up.
 
+* P and D together: a placement uses some number m of hosts; it draws at least the m
+  smallest switch-on watts, and its calm devils sit on those m hosts, so at most the m
+  largest calm capacities hold them. The least over m of the weighted sum is a bound.
+
 Summed with the normalisation of objectives.py (``Bounds.linear``) this is a valid lower
-bound on F; it is naive in the thesis's sense (§5.5.2: the objectives are relaxed
-apart), so it complements, not replaces, the joint rack bound.
+bound on F. It is mostly naive in the thesis's sense (§5.5.2: objectives relaxed apart),
+so it complements, not replaces, the joint rack bound.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 
 from clavis.instance import Instance
-from clavis.objectives import Bounds, Weights, min_hosts_needed
+from clavis.objectives import Bounds, Weights
 
 
 @dataclass(frozen=True)
@@ -64,99 +68,134 @@ def _capacities(inst: Instance) -> list[tuple[int, int]]:
     return out
 
 
+@dataclass(frozen=True)
+class _Power:
+    """The P relaxation's parts: watts no placement avoids (empty hosts, the fractional
+    knapsack), and the switch-on watts of the cheapest hosts, by how many are on."""
+
+    base: float  # every host's empty watts
+    knapsack: float  # fractional knapsack of the demand, switch-on included
+    per_core: float  # demand x the smallest slope
+    switch_on: list[float]  # prefix sums of the usable hosts' switch-on watts, smallest first
+    fewest: int  # fewest usable hosts that hold the demand
+
+    @classmethod
+    def of(cls, inst: Instance, usable: list[tuple[int, int]]) -> _Power:
+        demand = sum(c.cores for c in inst.containers)
+        base = sum(h.empty_w for h in inst.hosts)
+        if demand == 0 or not usable:
+            return cls(base, 0.0, 0.0, [0.0], 0)
+
+        # Fractional knapsack: the cheapest cores, switch-on spread over a full host.
+        def rate(hc: tuple[int, int]) -> float:
+            h = inst.hosts[hc[0]]
+            return (h.idle_w - h.empty_w) / hc[1] + h.slope_w
+
+        left, lp = float(demand), 0.0
+        for hc in sorted(usable, key=rate):
+            take = min(left, float(hc[1]))
+            lp += take * rate(hc)
+            left -= take
+            if left <= 0:
+                break
+        prefix = [0.0]
+        for w in sorted(inst.hosts[hi].idle_w - inst.hosts[hi].empty_w for hi, _ in usable):
+            prefix.append(prefix[-1] + w)
+        caps, fewest, held = sorted((cap for _, cap in usable), reverse=True), 0, 0
+        while fewest < len(caps) and held < demand:
+            held += caps[fewest]
+            fewest += 1
+        slope = min(inst.hosts[hi].slope_w for hi, _ in usable)
+        return cls(base, lp, demand * slope, prefix, max(1, fewest))
+
+    def watts(self, on: int) -> float:
+        """Least watts of a placement that uses ``on`` hosts (``on`` >= fewest)."""
+        return self.base + max(self.knapsack, self.switch_on[on] + self.per_core)
+
+
 def power_floor(inst: Instance) -> float:
     """No placement draws fewer watts than this (see the module docstring, P)."""
-    demand = sum(c.cores for c in inst.containers)
-    base = sum(h.empty_w for h in inst.hosts)
-    usable = _capacities(inst)
-    if demand == 0 or not usable:
-        return base
-    # Fractional knapsack: fill the cheapest cores (switch-on spread over a full host).
-    by_rate = sorted(
-        usable,
-        key=lambda hc: (
-            (inst.hosts[hc[0]].idle_w - inst.hosts[hc[0]].empty_w) / hc[1]
-            + inst.hosts[hc[0]].slope_w
-        ),
-    )
-    left, lp = float(demand), 0.0
-    for hi, cap in by_rate:
-        h = inst.hosts[hi]
-        take = min(left, float(cap))
-        lp += take * ((h.idle_w - h.empty_w) / cap + h.slope_w)
-        left -= take
-        if left <= 0:
-            break
-    # Counting: at least min_hosts_needed hosts are on, each at its switch-on watts.
-    switch_on = sorted(inst.hosts[hi].idle_w - inst.hosts[hi].empty_w for hi, _ in usable)
-    slope = min(inst.hosts[hi].slope_w for hi, _ in usable)
-    counted = sum(switch_on[: min_hosts_needed(inst)]) + demand * slope
-    return base + max(lp, counted)
+    power = _Power.of(inst, _capacities(inst))
+    return power.watts(min(power.fewest, len(power.switch_on) - 1))
 
 
-def _subset_sum_at_most(values: list[int], cap: int) -> int:
-    """Largest sum of a subset of ``values`` not above ``cap`` (bitset dynamic programme)."""
-    if cap <= 0:
-        return 0
-    if sum(values) <= cap:
-        return sum(values)
-    mask = (1 << (cap + 1)) - 1
-    reach = 1
-    for v in values:
-        reach = (reach | (reach << v)) & mask
-    return reach.bit_length() - 1
-
-
-# Above this capacity the subset sum's bitset gets large; its relaxation min(total, cap)
-# is used instead (still valid).
+# Above this many devil cores the subset sum's bitset gets large; its relaxation
+# min(total, capacity) is used instead (still valid).
 SUBSET_SUM_CAP = 1 << 22
+
+
+@dataclass(frozen=True)
+class _Devils:
+    """What the D relaxation needs, computed once: per usable host its calm capacity
+    (devil cores, devil containers), and per devil job its devil cores and count."""
+
+    total: int
+    hosts: list[tuple[int, int]]  # per usable host: calm devil cores, calm devil containers
+    reach: int | None  # bit s set: some set of jobs has s devil cores (None: too large)
+    count_prefix: list[int]  # jobs by cores per devil, descending: devils so far
+    cores_prefix: list[int]  # ... and their devil cores so far
+    pair: float  # least devil cores of jobs holding two devil containers
+
+    @classmethod
+    def of(cls, inst: Instance, usable: list[tuple[int, int]]) -> _Devils:
+        devils = [c for c in inst.containers if c.devil]
+        sizes = sorted(c.cores for c in devils)
+        prefix = [0]
+        for size in sizes:
+            prefix.append(prefix[-1] + size)
+        largest = sizes[-1] if sizes else 0
+        hosts = []
+        for hi, cap in usable:
+            tol = inst.hosts[hi].devil_tolerance
+            # Calm: one devil (the largest that fits), or devils within the tolerance.
+            within = bisect.bisect_right(prefix, min(tol, cap)) - 1  # smallest that fit
+            hosts.append((min(cap, max(tol, largest)), max(1, within)))
+        cores: Counter[int] = Counter()
+        count: Counter[int] = Counter()
+        for c in devils:
+            cores[c.job] += c.cores
+            count[c.job] += 1
+        total = sum(cores.values())
+        reach: int | None = None
+        if total <= SUBSET_SUM_CAP:
+            reach = 1
+            for v in cores.values():
+                reach |= reach << v
+        count_prefix, cores_prefix = [0], [0]
+        for j in sorted(cores, key=lambda j: -cores[j] / count[j]):
+            count_prefix.append(count_prefix[-1] + count[j])
+            cores_prefix.append(cores_prefix[-1] + cores[j])
+        # Devils that are not calm sit on contended hosts, which hold two or more devils:
+        # the lagging jobs have two devil containers at least (one such job, or two jobs).
+        one = [cores[j] for j in cores if count[j] >= 2]
+        two = sorted(cores.values())[:2]
+        pair = float(min([*one, sum(two)] if len(two) == 2 else one, default=0))
+        return cls(total, hosts, reach, count_prefix, cores_prefix, pair)
+
+    def lagging(self, calm_cores: int, calm_count: int) -> float:
+        """Least devil cores of lagging jobs when calm hosts hold at most so many devil
+        cores and devil containers."""
+        if self.total == 0:
+            return 0.0
+        if self.reach is None:
+            by_cores = min(self.total, calm_cores)
+        else:  # the largest subset sum of jobs' devil cores within the capacity
+            by_cores = (self.reach & ((1 << (max(0, calm_cores) + 1)) - 1)).bit_length() - 1
+        # Fractional knapsack on the count: jobs with most cores per devil first.
+        k = bisect.bisect_right(self.count_prefix, calm_count) - 1
+        by_count = float(self.cores_prefix[k])
+        if k + 1 < len(self.count_prefix):
+            room = calm_count - self.count_prefix[k]
+            step = self.count_prefix[k + 1] - self.count_prefix[k]
+            by_count += room / step * (self.cores_prefix[k + 1] - self.cores_prefix[k])
+        forced = self.total - min(float(by_cores), by_count)
+        return 0.0 if forced <= 1e-9 else max(forced, self.pair)
 
 
 def contention_floor(inst: Instance) -> float:
     """No placement has fewer contended devil cores than this (module docstring, D)."""
-    devils = [c for c in inst.containers if c.devil]
-    if len(devils) < 2:
-        return 0.0
-    sizes = sorted(c.cores for c in devils)
-    largest = sizes[-1]
-    prefix = [0]
-    for s in sizes:
-        prefix.append(prefix[-1] + s)
-    calm_cores = calm_count = 0
-    for hi, cap in _capacities(inst):
-        tol = inst.hosts[hi].devil_tolerance
-        # Calm: one devil (the largest that fits), or devils whose cores are within tolerance.
-        calm_cores += min(cap, max(tol, largest))
-        within = bisect.bisect_right(prefix, min(tol, cap)) - 1  # smallest devils that fit
-        calm_count += max(1, within)
-    jobs_cores: Counter[int] = Counter()
-    jobs_count: Counter[int] = Counter()
-    for c in devils:
-        jobs_cores[c.job] += c.cores
-        jobs_count[c.job] += 1
-    total = sum(jobs_cores.values())
-    values = list(jobs_cores.values())
-    if calm_cores < SUBSET_SUM_CAP:
-        by_cores = _subset_sum_at_most(values, calm_cores)
-    else:
-        by_cores = min(total, calm_cores)
-    # Fractional knapsack on the container count: jobs with most cores per devil first.
-    by_count, room = 0.0, float(calm_count)
-    for j in sorted(jobs_cores, key=lambda j: -jobs_cores[j] / jobs_count[j]):
-        take = min(1.0, room / jobs_count[j])
-        by_count += take * jobs_cores[j]
-        room -= take * jobs_count[j]
-        if room <= 0:
-            break
-    forced = total - min(float(by_cores), by_count)
-    if forced <= 0:
-        return 0.0
-    # Devils that are not calm sit on contended hosts, which hold two or more devils: so
-    # the lagging jobs have two devil containers at least (one such job, or two jobs).
-    one = [jobs_cores[j] for j in jobs_cores if jobs_count[j] >= 2]
-    two = sorted(jobs_cores.values())[:2]
-    pair = min([*one, sum(two)] if len(two) == 2 else one, default=forced)
-    return max(forced, float(pair))
+    devils = _Devils.of(inst, _capacities(inst))
+    return devils.lagging(sum(c for c, _ in devils.hosts), sum(n for _, n in devils.hosts))
 
 
 def _keep(room: float, items: list[tuple[float, int]]) -> float:
@@ -274,9 +313,30 @@ def traffic_floor(inst: Instance) -> float:
 
 
 def lower_bound(inst: Instance, weights: Weights, limits: Bounds) -> LowerBound:
-    """The relaxation bounds combined into a lower bound on F (same normalisation)."""
+    """The relaxation bounds combined into a lower bound on F (same normalisation).
+
+    P and D are also bounded jointly by the number m of hosts in use: m hosts draw at
+    least the m smallest switch-on watts, and calm devils sit on used hosts, so at most
+    the m largest calm capacities hold them. Every placement uses some m, so the least
+    over m of the weighted sum is a lower bound too (more hosts: less contention, more
+    power; the thesis's joint "elaborate" bounding, §5.5.2, in its simplest form)."""
+    usable = _capacities(inst)
+    power, devils = _Power.of(inst, usable), _Devils.of(inst, usable)
     p, d, c = power_floor(inst), contention_floor(inst), traffic_floor(inst)
     (k_p, k_d, k_c, _k_m), offset = limits.linear(weights)
     # M >= 0 = its normalisation's lower end, so it adds nothing.
     f = k_p * max(p, limits.lo.P) + k_d * d + k_c * c + offset
+    if inst.containers and usable and k_p > 0 and k_d > 0 and devils.total > 0:
+        calm_cores = sorted((h[0] for h in devils.hosts), reverse=True)
+        calm_count = sorted((h[1] for h in devils.hosts), reverse=True)
+        cores_on = count_on = 0
+        joint = math.inf
+        for m in range(1, len(usable) + 1):
+            cores_on += calm_cores[m - 1]
+            count_on += calm_count[m - 1]
+            if m < power.fewest:
+                continue
+            watts = max(power.watts(m), limits.lo.P)
+            joint = min(joint, k_p * watts + k_d * devils.lagging(cores_on, count_on))
+        f = max(f, joint + k_c * c + offset)
     return LowerBound(P=p, D=d, C=c, F=max(0.0, f))
