@@ -30,10 +30,12 @@ class Agent:
         self.machine = Machine(
             cfg.host, store=self.store, backend=backend, peer=peer, outgoing=state / "outgoing",
             chunk_bytes=cfg.chunk_bytes, transfer_attempts=cfg.transfer_attempts,
+            network_hook=cfg.network_hook,
         )  # fmt: skip
         self.incoming = Incoming(
-            cfg.host, state / "incoming", backend, cfg.host_cores(), cfg.host_memory()
-        )
+            cfg.host, state / "incoming", backend, (cfg.host_cores(), cfg.host_memory()),
+            cfg.network_hook,
+        )  # fmt: skip
         api = Api(
             secret, cfg.max_skew_s, self.machine, self.incoming, cfg.chunk_bytes + _BODY_SLACK
         )

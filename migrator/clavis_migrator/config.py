@@ -36,6 +36,9 @@ class LxcConfig:
     netns_sysfs: bool = False
     # argv run inside the restored container (lxc-attach) to verify it; empty: none
     verify_command: tuple[str, ...] = ()
+    # after a restore, broadcast gratuitous ARPs from the container (announce.py), so the
+    # layer-2 network learns its new port at once: the "flat layer 2" network hook
+    announce: bool = True
     timeout_s: float = 120.0
 
 
@@ -55,6 +58,8 @@ class Config:
     chunk_bytes: int = 8 * 2**20
     transfer_attempts: int = 3
     backend: str = "lxc"
+    # argv of the site's network hook (hooks.py), run after a restore here; empty: none
+    network_hook: tuple[str, ...] = ()
     lxc: LxcConfig = field(default_factory=LxcConfig)
 
     def host_cores(self) -> int:
@@ -127,6 +132,10 @@ def _check(cfg: Config, problems: list[str]) -> None:
         problems.append("transfer_attempts: must be within 1..10")
     if cfg.backend not in BACKENDS:
         problems.append(f"backend: one of {', '.join(BACKENDS)}, got {cfg.backend!r}")
+    if cfg.network_hook and not cfg.network_hook[0].startswith("/"):
+        problems.append(
+            f"network_hook: the command must be an absolute path: {cfg.network_hook[0]!r}"
+        )
     if not cfg.lxc.lxcpath.startswith("/"):
         problems.append(f"lxc.lxcpath: not an absolute path: {cfg.lxc.lxcpath!r}")
     if cfg.lxc.criu and not cfg.lxc.criu.startswith("/"):

@@ -18,6 +18,7 @@ from typing import Any
 
 from clavis_contracts import MigrationStep
 from clavis_migrator.backend import Backend, BackendError
+from clavis_migrator.hooks import run_hook
 from clavis_migrator.store import write_atomic
 
 
@@ -44,13 +45,19 @@ def sha256_file(path: Path) -> str:
 
 class Incoming:
     def __init__(
-        self, host: str, directory: Path, backend: Backend, cores: int, memory: int
+        self,
+        host: str,
+        directory: Path,
+        backend: Backend,
+        capacity: tuple[int, int],
+        network_hook: tuple[str, ...] = (),
     ) -> None:
         self.host = host
+        self.network_hook = network_hook
         self.dir = directory
         self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.backend = backend
-        self.cores, self.memory = cores, memory
+        self.cores, self.memory = capacity
         self._lock = threading.Lock()
 
     def _step_dir(self, step_id: str) -> Path:
@@ -114,6 +121,7 @@ class Incoming:
             with open(path, "ab") as f:
                 f.write(chunk)
         except OSError as exc:
+            # leave no partial chunk: the source's retry restarts the whole transfer
             raise RefusedError(f"cannot write {rel} on {self.host}: {exc.strerror}") from exc
 
     def finish(self, step_id: str, manifest: list[dict[str, Any]]) -> None:
@@ -139,6 +147,9 @@ class Incoming:
         try:
             self.backend.restore(step.container, self.images(step_id))
             seen = self.backend.verify(step.container)
+            said = run_hook(self.network_hook, step.container, self.host)
+            if said:
+                seen += f"; network hook: {said}"
         except BackendError as exc:
             # never leave a half-restored container here: the source restores its own
             try:

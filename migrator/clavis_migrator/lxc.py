@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Final
@@ -206,7 +207,18 @@ class LxcBackend:
                     f"{(cp.stderr or cp.stdout).strip()[:300]}"
                 )
             said = ", check passed"
+        if self.cfg.announce:
+            said += f", announced {self._announce(pid)}"
         return f"RUNNING, {n} processes (before: {want}){said}"
+
+    def _announce(self, pid: int) -> str:
+        cp = self._run(
+            ["nsenter", f"--net=/proc/{pid}/ns/net", "--",
+             sys.executable, "-m", "clavis_migrator.announce"]
+        )  # fmt: skip
+        if cp.returncode != 0:
+            raise BackendError(f"gratuitous ARP failed: {cp.stderr.strip()[-300:]}")
+        return cp.stdout.strip() or "nothing (no IPv4 address)"
 
     def kill(self, name: str) -> None:
         if self._state(name) != "RUNNING":

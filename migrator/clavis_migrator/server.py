@@ -149,6 +149,8 @@ class Handler(BaseHTTPRequestHandler):
             self._send(422, {"error": f"malformed: {exc}"})
         except BackendError as exc:
             self._send(409, {"error": str(exc)})
+        except OSError as exc:  # the target's disk: full, read-only, gone
+            self._send(507, {"error": f"on {self.api.incoming.host}: {exc}"})
 
     def _peer(self, step_id: str, what: str, rel: str | None, query: str, body: bytes) -> Any:
         inc = self.api.incoming

@@ -22,6 +22,7 @@ from typing import Any
 
 from clavis_contracts import MigrationStep
 from clavis_migrator.backend import Backend, BackendError
+from clavis_migrator.hooks import run_hook
 from clavis_migrator.incoming import sha256_file
 from clavis_migrator.peer import PeerClient, PeerError, PeerForgedError
 from clavis_migrator.store import StepRecord, StepStore
@@ -46,7 +47,9 @@ class Machine:
         outgoing: Path,
         chunk_bytes: int,
         transfer_attempts: int,
+        network_hook: tuple[str, ...] = (),
     ) -> None:
+        self.network_hook = network_hook
         self.host = host
         self.store = store
         self.backend = backend
@@ -154,10 +157,11 @@ class Machine:
             stopped = True
             rec = self._note(rec, f"checkpointed on {self.host}", phase="transfer")
             in_time("the transfer")
-            moved = self._transfer(peer, step, images)
-            rec = self._note(
-                rec, f"{moved} bytes sent to {step.target}", phase="restore", bytes_moved=moved
-            )
+            moved, retried = self._transfer(peer, step, images)
+            sent = f"{moved} bytes sent to {step.target}"
+            if retried:
+                sent += f" (restarted after {retried})"
+            rec = self._note(rec, sent, phase="restore", bytes_moved=moved)
             in_time("the restore")
             try:
                 seen = peer.restore(step.step_id)
@@ -179,13 +183,15 @@ class Machine:
             return
         self._commit(rec, t0)
 
-    def _transfer(self, peer: PeerClient, step: MigrationStep, images: Path) -> int:
+    def _transfer(self, peer: PeerClient, step: MigrationStep, images: Path) -> tuple[int, str]:
+        """Send every image file; (bytes sent, what failed in earlier attempts)."""
         files = sorted(p for p in images.rglob("*") if p.is_file())
         manifest = [
             {"path": str(p.relative_to(images)), "size": p.stat().st_size, "sha256": sha256_file(p)}
             for p in files
         ]
         last = ""
+        failed: list[str] = []
         for attempt in range(1, self.transfer_attempts + 1):
             sent = 0
             try:
@@ -199,11 +205,12 @@ class Machine:
                             offset += len(chunk)
                             sent += len(chunk)
                 peer.finish(step.step_id, manifest)
-                return sent
+                return sent, "; ".join(failed)
             except PeerForgedError as exc:
                 raise StepFailedError(f"transfer to {step.target}: {exc}") from exc
             except PeerError as exc:
                 last = str(exc)
+                failed.append(f"attempt {attempt}: {last}")
                 log.warning("step %s: transfer attempt %d: %s", step.step_id, attempt, last)
                 time.sleep(min(0.5 * attempt, 2.0))
         raise StepFailedError(
@@ -247,6 +254,12 @@ class Machine:
             why = f"ROLLBACK FAILED: restore on {self.host}: {exc}; images kept in {images}"
             return rec, "failed", why
         shutil.rmtree(images, ignore_errors=True)
+        try:
+            said = run_hook(self.network_hook, step.container, self.host)
+            if said:
+                seen += f"; network hook: {said}"
+        except BackendError as exc:
+            seen += f"; {exc}"
         return rec, "rolled_back", f"rolled back: restored on {self.host} ({seen})"
 
     def _end(self, rec: StepRecord, state: Any, line: str, t0: float) -> None:

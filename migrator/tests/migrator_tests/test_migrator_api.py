@@ -92,3 +92,8 @@ def test_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     (tmp_path / "secret").chmod(0o644)
     assert main(["--config", str(cfg)]) == 1
     assert "chmod 600" in capsys.readouterr().err
+
+
+def test_the_sample_config_is_the_defaults() -> None:
+    sample = Path(__file__).resolve().parents[3] / "deploy" / "config" / "migrator.toml.sample"
+    assert load(sample) == parse({})

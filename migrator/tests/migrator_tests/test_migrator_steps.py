@@ -216,3 +216,84 @@ def test_an_agent_killed_mid_step_undoes_it_at_restart(tmp_path: Path) -> None:
     assert t.where["c1"] == "h1" and t.calls == ["restore c1 on h1"]
     on_disk = json.loads((tmp_path / "h1" / "steps" / "1_0.json").read_text())
     assert on_disk["state"] == "rolled_back"
+
+
+def _hook(tmp_path: Path, fail_on: str = "") -> tuple[Path, Path]:
+    calls = tmp_path / "hook.calls"
+    script = tmp_path / "hook.sh"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'echo "$@" >> {calls}\n'
+        f'if [ "$3" = "{fail_on}" ]; then echo "no route to $2" >&2; exit 3; fi\n'
+        'echo "route for $2 via $3"\n'
+    )
+    script.chmod(0o755)
+    return script, calls
+
+
+def test_the_network_hook_runs_where_the_container_was_restored(tmp_path: Path) -> None:
+    script, calls = _hook(tmp_path)
+    t = table("c1", "c2")
+    a1, _ = make_agent(tmp_path, "h1", t, network_hook=[str(script)])
+    a2, b2 = make_agent(tmp_path, "h2", t, network_hook=[str(script)])
+    try:
+        post(a1.port, step(a2.port))
+        done = wait_terminal(a1.port, "1:0")
+        b2.fail.add("restore")
+        post(a1.port, step(a2.port, container="c2", index=1))
+        back = wait_terminal(a1.port, "1:1")
+    finally:
+        a1.stop()
+        a2.stop()
+    assert done["state"] == "done" and "network hook: route for c1 via h2" in done["message"]
+    assert back["state"] == "rolled_back" and "route for c2 via h1" in back["message"]
+    assert calls.read_text().splitlines() == ["restored c1 h2", "restored c2 h1"]
+
+
+def test_a_failing_network_hook_on_the_target_undoes_the_move(tmp_path: Path) -> None:
+    script, calls = _hook(tmp_path, fail_on="h2")
+    t = table("c1")
+    a1, _ = make_agent(tmp_path, "h1", t, network_hook=[str(script)])
+    a2, _ = make_agent(tmp_path, "h2", t, network_hook=[str(script)])
+    try:
+        post(a1.port, step(a2.port))
+        doc = wait_terminal(a1.port, "1:0")
+    finally:
+        a1.stop()
+        a2.stop()
+    assert doc["state"] == "rolled_back", doc
+    assert "exited 3: no route to c1" in doc["message"]
+    assert t.where["c1"] == "h1" and "kill c1 on h2" in t.calls
+    assert calls.read_text().splitlines() == ["restored c1 h2", "restored c1 h1"]
+
+
+def test_an_interrupted_transfer_restarts_from_nothing(pair, tmp_path: Path) -> None:
+    a1, b1, a2, _, t = pair
+    before = t.memory["c1"]
+    b1.hold = threading.Event()
+    post(a1.port, step(a2.port))
+    _until(lambda: "checkpoint c1 on h1" in t.calls)
+    # what an earlier, broken attempt would leave on the target: a part of a file
+    stale = tmp_path / "h2" / "incoming" / "1_0" / "images" / "pages-1.img"
+    stale.write_bytes(b"left over")
+    b1.hold.set()
+    doc = wait_terminal(a1.port, "1:0")
+    assert doc["state"] == "done", doc
+    assert (
+        "restarted after attempt 1: pages-1.img: chunk at offset 0, file has 9 bytes"
+        in (doc["message"])
+    )
+    assert t.where["c1"] == "h2" and t.memory["c1"] == before
+
+
+def test_a_step_past_its_deadline_rolls_back(pair) -> None:
+    a1, b1, a2, _, t = pair
+    b1.hold = threading.Event()
+    post(a1.port, step(a2.port, deadline_s=0.5))
+    _until(lambda: "checkpoint c1 on h1" in t.calls)
+    time.sleep(0.7)
+    b1.hold.set()
+    doc = wait_terminal(a1.port, "1:0")
+    assert doc["state"] == "rolled_back", doc
+    assert "deadline of 0.5 s passed before the transfer" in doc["message"]
+    assert t.where["c1"] == "h1"
