@@ -51,22 +51,37 @@ def _alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
-def tree_size(init_pid: int) -> int:
-    """Live processes in the pid namespace of ``init_pid`` (the container's tree)."""
+# A process that had run this long at the dump must be back after the restore; younger
+# ones (a job's `sleep 0.1`) may rightly have ended by the time the tree is looked at.
+LONG_LIVED_S: Final = 5.0
+
+
+def tree(init_pid: int) -> dict[int, float]:
+    """The container's live processes (zombies excluded): in-namespace pid -> age in s."""
     try:
         ns = os.readlink(f"/proc/{init_pid}/ns/pid")
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
     except OSError:
-        return 0
-    n = 0
+        return {}
+    ticks = os.sysconf("SC_CLK_TCK")
+    found: dict[int, float] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
-            if os.readlink(f"/proc/{entry}/ns/pid") == ns and _alive(int(entry)):
-                n += 1
+            if os.readlink(f"/proc/{entry}/ns/pid") != ns:
+                continue
+            stat = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            status = Path(f"/proc/{entry}/status").read_text()
         except OSError:
             continue
-    return n
+        if stat[0] in ("Z", "X"):
+            continue
+        nspid = next(
+            (ln.split()[-1] for ln in status.splitlines() if ln.startswith("NSpid:")), entry
+        )
+        found[int(nspid)] = uptime - int(stat[19]) / ticks
+    return found
 
 
 def _config_size(path: Path) -> Size:
@@ -97,7 +112,8 @@ class LxcBackend:
         self.restore_conf = state_dir / "criu-restore.conf"
         self.dump_conf.write_text("".join(f"{o}\n" for o in cfg.dump_options))
         self.restore_conf.write_text("".join(f"{o}\n" for o in cfg.restore_options))
-        self._expected: dict[str, int] = {}
+        # per container restored here: the in-namespace pids that must be back
+        self._expected: dict[str, list[int]] = {}
 
     def _lxc(self, cmd: str, name: str, *args: str) -> list[str]:
         return [cmd, "-n", name, "-P", str(self.path), *args]
@@ -149,7 +165,11 @@ class LxcBackend:
         pid = self._init_pid(name)
         if pid is None:
             raise BackendError(f"{name} does not run here")
-        (images / TREE_FILE).write_text(json.dumps({"processes": tree_size(pid)}))
+        before = tree(pid)
+        long_lived = sorted(p for p, age in before.items() if age >= LONG_LIVED_S)
+        (images / TREE_FILE).write_text(
+            json.dumps({"processes": len(before), "long_lived": long_lived})
+        )
         log = self._log("dump", name)
         with open(log, "wb") as out:
             try:
@@ -182,8 +202,9 @@ class LxcBackend:
         if cp.returncode != 0:
             raise BackendError(f"lxc-checkpoint -r {name} exited {cp.returncode}; see {log}")
         try:
-            self._expected[name] = int(json.loads((images / TREE_FILE).read_text())["processes"])
-        except (OSError, ValueError, KeyError):
+            doc = json.loads((images / TREE_FILE).read_text())
+            self._expected[name] = [int(p) for p in doc["long_lived"]]
+        except (OSError, ValueError, KeyError, TypeError):
             self._expected.pop(name, None)
 
     def verify(self, name: str) -> str:
@@ -191,10 +212,14 @@ class LxcBackend:
         pid = self._init_pid(name)
         if state != "RUNNING" or pid is None:
             raise BackendError(f"{name} is {state} after the restore")
-        n = tree_size(pid)
-        want = self._expected.get(name, 1)
-        if n < want:
-            raise BackendError(f"{name}: {n} processes after the restore, {want} before")
+        now = tree(pid)
+        want = self._expected.get(name, [])
+        missing = sorted(set(want) - set(now))
+        if not now or missing:
+            raise BackendError(
+                f"{name}: after the restore {len(now)} processes, missing pids {missing} "
+                "that ran before the dump"
+            )
         said = ""
         if self.cfg.verify_command:
             cp = self._run(
@@ -209,7 +234,7 @@ class LxcBackend:
             said = ", check passed"
         if self.cfg.announce:
             said += f", announced {self._announce(pid)}"
-        return f"RUNNING, {n} processes (before: {want}){said}"
+        return f"RUNNING, {len(now)} processes, all {len(want)} long-lived ones back{said}"
 
     def _announce(self, pid: int) -> str:
         cp = self._run(

@@ -1,0 +1,39 @@
+"""The LXC backend's pieces that need no container: sizes from a config, process trees.
+The backend itself runs on the testbed (tests/integration/test_migrator_lxc.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+from clavis_migrator.backend import Size
+from clavis_migrator.lxc import _config_size, tree
+
+
+def test_size_from_an_lxc_config(tmp_path: Path) -> None:
+    conf = tmp_path / "config"
+    conf.write_text(
+        "lxc.uts.name = n1\nlxc.cgroup.cpuset.cpus = 0-3,6,8-9\n"
+        "lxc.cgroup.memory.limit_in_bytes = 1073741824\n"
+    )
+    assert _config_size(conf) == Size(7, 2**30)
+    conf.write_text("lxc.cgroup2.cpuset.cpus = 2\nlxc.cgroup2.memory.max = max\n")
+    assert _config_size(conf) == Size(1, 0)
+    conf.write_text("lxc.uts.name = n2\n")
+    assert _config_size(conf) == Size(1, 0)
+
+
+def test_tree_lists_live_processes_of_a_pid_namespace_by_their_pid_in_it() -> None:
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        time.sleep(0.2)
+        found = tree(os.getpid())  # this test's own pid namespace
+        assert child.pid in found and os.getpid() in found
+        assert found[os.getpid()] >= found[child.pid] >= 0
+    finally:
+        child.kill()
+        child.wait(timeout=10)
+    assert child.pid not in tree(os.getpid())
+    assert tree(2**22 + 12345) == {}  # no such process
