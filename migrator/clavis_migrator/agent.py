@@ -7,6 +7,7 @@ from pathlib import Path
 
 from clavis_migrator.backend import Backend
 from clavis_migrator.config import Config
+from clavis_migrator.hooks import HOOK_TIMEOUT_S
 from clavis_migrator.incoming import Incoming
 from clavis_migrator.peer import PeerClient
 from clavis_migrator.server import Api, make_server
@@ -25,7 +26,9 @@ class Agent:
         self.store = StepStore(state / "steps")
 
         def peer(address: str) -> PeerClient:
-            return PeerClient(secret, address, cfg.peer_timeout_s, cfg.max_skew_s)
+            # the target's restore: lxc-checkpoint, lxc-attach checks, the hook (hooks.py)
+            slow = 3 * cfg.lxc.timeout_s + HOOK_TIMEOUT_S
+            return PeerClient(secret, address, cfg.peer_timeout_s, cfg.max_skew_s, slow)
 
         self.machine = Machine(
             cfg.host, store=self.store, backend=backend, peer=peer, outgoing=state / "outgoing",

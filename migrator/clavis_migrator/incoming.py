@@ -59,6 +59,13 @@ class Incoming:
         self.backend = backend
         self.cores, self.memory = capacity
         self._lock = threading.Lock()
+        # one lock per step: an abort that arrives while a restore still runs (the source
+        # timed out waiting) waits for it, then undoes it; never deletes images under CRIU
+        self._step_locks: dict[str, threading.Lock] = {}
+
+    def _step_lock(self, step_id: str) -> threading.Lock:
+        with self._lock:
+            return self._step_locks.setdefault(step_id, threading.Lock())
 
     def _step_dir(self, step_id: str) -> Path:
         return self.dir / step_id.replace(":", "_")
@@ -141,6 +148,10 @@ class Incoming:
         (self._step_dir(step_id) / "complete").write_text(json.dumps(len(want)))
 
     def restore(self, step_id: str) -> dict[str, Any]:
+        with self._step_lock(step_id):
+            return self._restore(step_id)
+
+    def _restore(self, step_id: str) -> dict[str, Any]:
         step = self._step(step_id)
         if not (self._step_dir(step_id) / "complete").is_file():
             raise RefusedError(f"step {step_id}: images not complete on {self.host}")
@@ -163,12 +174,20 @@ class Incoming:
         return {"verified": seen}
 
     def commit(self, step_id: str) -> None:
+        with self._step_lock(step_id):
+            self._commit(step_id)
+
+    def _commit(self, step_id: str) -> None:
         step = self._step(step_id)
         self.backend.commit(step.container, self.images(step_id))
         shutil.rmtree(self._step_dir(step_id), ignore_errors=True)
 
     def abort(self, step_id: str) -> dict[str, Any]:
         """Undo whatever this step did here; a step never prepared here is nothing to undo."""
+        with self._step_lock(step_id):
+            return self._abort(step_id)
+
+    def _abort(self, step_id: str) -> dict[str, Any]:
         d = self._step_dir(step_id)
         if not (d / "step.json").is_file():
             return {"did": "nothing"}

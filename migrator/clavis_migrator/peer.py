@@ -40,7 +40,14 @@ class PeerForgedError(PeerError):
 class PeerClient:
     """Signed calls from this (source) agent to one target agent."""
 
-    def __init__(self, secret: bytes, address: str, timeout_s: float, max_skew_s: float) -> None:
+    def __init__(
+        self,
+        secret: bytes,
+        address: str,
+        timeout_s: float,
+        max_skew_s: float,
+        restore_timeout_s: float = 0.0,
+    ) -> None:
         host, _, port = address.rpartition(":")
         if not host or not port.isdigit():
             raise PeerError(f"target address {address!r} is not host:port")
@@ -48,15 +55,21 @@ class PeerClient:
         self._host, self._port = host.strip("[]"), int(port)
         self._secret = secret
         self.timeout_s = timeout_s
+        # a restore (CRIU, verification, network hook) may take longer than other calls
+        self.restore_timeout_s = max(timeout_s, restore_timeout_s)
         self.max_skew_s = max_skew_s
         self._nonces = NonceCache(max_skew_s)
 
-    def _call(self, method: str, path: str, body: bytes = b"") -> dict[str, Any]:
+    def _call(
+        self, method: str, path: str, body: bytes = b"", timeout_s: float = 0.0
+    ) -> dict[str, Any]:
         headers = sign(self._secret, method, path, body, time.time())
         headers["Content-Type"] = (
             "application/octet-stream" if method == "PUT" else ("application/json")
         )
-        conn = http.client.HTTPConnection(self._host, self._port, timeout=self.timeout_s)
+        conn = http.client.HTTPConnection(
+            self._host, self._port, timeout=timeout_s or self.timeout_s
+        )
         try:
             conn.request(method, path, body=body, headers=headers)
             r = conn.getresponse()
@@ -102,7 +115,8 @@ class PeerClient:
         self._call("POST", self._path(step_id, "finish"), json.dumps(manifest).encode())
 
     def restore(self, step_id: str) -> str:
-        return str(self._call("POST", self._path(step_id, "restore")).get("verified", ""))
+        got = self._call("POST", self._path(step_id, "restore"), timeout_s=self.restore_timeout_s)
+        return str(got.get("verified", ""))
 
     def commit(self, step_id: str) -> None:
         self._call("POST", self._path(step_id, "commit"))

@@ -119,6 +119,19 @@ class Machine:
         return self.store.update(rec, events=events, message="; ".join(events), **changes)
 
     def _run(self, rec: StepRecord) -> None:
+        try:
+            self._run_step(rec)
+        except Exception as exc:
+            # the rollback itself broke: say so rather than leave the step "running"
+            log.exception("step %s: ending it", rec.step.step_id)
+            last = self.store.get(rec.step.step_id) or rec
+            if not last.terminal:
+                why = f"INTERNAL ERROR while ending the step ({exc!r}); check where it runs"
+                self.store.update(
+                    last, state="failed", phase="finished", message=f"{last.message}; {why}"
+                )
+
+    def _run_step(self, rec: StepRecord) -> None:
         step = rec.step
         t0 = time.monotonic()
         deadline = t0 + step.deadline_s

@@ -297,3 +297,16 @@ def test_a_step_past_its_deadline_rolls_back(pair) -> None:
     assert doc["state"] == "rolled_back", doc
     assert "deadline of 0.5 s passed before the transfer" in doc["message"]
     assert t.where["c1"] == "h1"
+
+
+def test_a_bug_during_the_rollback_ends_the_step_and_says_so(pair) -> None:
+    a1, b1, a2, b2, _ = pair
+    b2.fail.add("restore")
+    b1.fail.add("restore-bug")
+    post(a1.port, step(a2.port))
+    doc = wait_terminal(a1.port, "1:0")
+    assert doc["state"] == "failed", doc
+    assert (
+        "INTERNAL ERROR while ending the step (RuntimeError('a bug in the backend'))"
+        in (doc["message"])
+    )

@@ -68,6 +68,8 @@ class TableBackend:
         self.t.calls.append(f"restore {name} on {self.host}")
         if "restore" in self.fail:
             raise BackendError("criu restore: injected failure")
+        if "restore-bug" in self.fail:
+            raise RuntimeError("a bug in the backend")
         data = (images / "pages-1.img").read_bytes()
         with self.t.lock:
             if self.t.where[name] is not None:
