@@ -1,0 +1,144 @@
+"""clavis-migrator agents on the testbed: one per host netns, started and ended by PID.
+
+Steps are sent from the head's netns with clavisd's own client
+(clavis.service.agents.MigratorClient), as clavisd would send them.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from . import tb
+
+PORT = 7781
+SECRET = b"clavis-migrator-testbed-secret-0123"
+
+# The hosts' names do not resolve in the head's netns: the address template is the
+# agent's own address (no {host} in it).
+_SEND = """
+import sys
+from pathlib import Path
+from clavis.service.agents import MigratorClient
+from clavis_contracts import MigrationStep
+secret, address, host, what, arg = Path(sys.argv[1]).read_bytes(), *sys.argv[2:6]
+c = MigratorClient(secret, address, 30.0)
+if what == "send":
+    st = c.send(MigrationStep.model_validate_json(arg))
+else:
+    st = c.status(host, arg)
+print(st.model_dump_json())
+"""
+
+
+def host_ip(testbed: dict[str, Any], host: str) -> str:
+    ip: str = next(h["ip"] for h in testbed["hosts"] if h["name"] == host)
+    return ip
+
+
+class Agents:
+    """One agent per named host, in that host's netns, state under ``root``."""
+
+    def __init__(
+        self, testbed: dict[str, Any], root: Path, hosts: list[str], cores: int, hook: str = ""
+    ) -> None:
+        self.testbed, self.root, self.hook = testbed, root, hook
+        root.mkdir(parents=True, exist_ok=True)
+        self.secret = root / "secret"
+        self.secret.write_bytes(SECRET)
+        self.secret.chmod(0o600)
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        for host in hosts:
+            self.start(host, cores)
+
+    def state_dir(self, host: str) -> Path:
+        return self.root / host
+
+    def start(self, host: str, cores: int) -> None:
+        cfg = self.root / f"{host}.toml"
+        cfg.write_text(
+            f'host = "{host}"\nlisten = "{host_ip(self.testbed, host)}"\nport = {PORT}\n'
+            f'secret_file = "{self.secret}"\nstate_dir = "{self.state_dir(host)}"\n'
+            f"cores = {cores}\nmemory_bytes = {16 * 2**30}\npeer_timeout_s = 60.0\n"
+            + (f'network_hook = ["{self.hook}"]\n' if self.hook else "")
+            + f'[lxc]\nlxcpath = "{tb.RUN_DIR / "lxc"}"\ncriu = "{self.testbed["criu"]}"\n'
+            "netns_sysfs = true\n"
+        )
+        log = open(self.root / f"{host}.log", "ab")  # noqa: SIM115 (kept by the agent)
+        self.procs[host] = subprocess.Popen(
+            ["nsenter", f"--net=/run/netns/ctb-{host}", "--",
+             sys.executable, "-m", "clavis_migrator", "--config", str(cfg)],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+        )  # fmt: skip
+        log.close()
+        deadline = time.monotonic() + 20
+        while f":{PORT} " not in tb.run(["ss", "-N", f"ctb-{host}", "-ltn"]):
+            assert self.procs[host].poll() is None, self.log(host)
+            assert time.monotonic() < deadline, self.log(host)
+            time.sleep(0.2)
+
+    def log(self, host: str) -> str:
+        return (self.root / f"{host}.log").read_text(errors="replace")[-4000:]
+
+    def stop(self) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs.values():
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(timeout=10)
+
+    def _client(self, host: str, what: str, arg: str) -> dict[str, Any]:
+        out = tb.run(
+            ["nsenter", "--net=/run/netns/ctb-core", "--", sys.executable, "-c", _SEND,
+             str(self.secret), f"{host_ip(self.testbed, host)}:{PORT}", host, what, arg],
+            timeout=120,
+        )  # fmt: skip
+        doc: dict[str, Any] = json.loads(out)
+        return doc
+
+    def send(self, step: dict[str, Any]) -> dict[str, Any]:
+        return self._client(step["source"], "send", json.dumps(step))
+
+    def wait(self, host: str, step_id: str, timeout: float = 240) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            doc = self._client(host, "status", step_id)
+            if doc["state"] in ("done", "failed", "rolled_back"):
+                return doc
+            assert time.monotonic() < deadline, (doc, self.log(host))
+            time.sleep(0.5)
+
+
+def step(
+    testbed: dict[str, Any], ids: tuple[int, int], container: str, source: str, target: str
+) -> dict[str, Any]:
+    plan, index = ids
+    return {
+        "step_id": f"{plan}:{index}", "plan": plan, "index": index, "wave": 0,
+        "container": container, "source": source, "target": target,
+        "target_address": f"{host_ip(testbed, target)}:{PORT}",
+        "memory_bytes": 2**30, "cores": 1, "deadline_s": 300,
+    }  # fmt: skip
+
+
+def lxc_state(container: str, host: str) -> str:
+    """The container's LXC state as seen from ``host``'s netns (its monitor's socket)."""
+    return tb.run(
+        ["nsenter", f"--net=/run/netns/ctb-{host}", "--",
+         "lxc-info", "-n", container, "-P", str(tb.RUN_DIR / "lxc"), "-s", "-H"]
+    ).strip()  # fmt: skip
+
+
+def attach(container: str, host: str, shell: str) -> str:
+    return tb.run(
+        ["nsenter", f"--net=/run/netns/ctb-{host}", "--",
+         "lxc-attach", "-n", container, "-P", str(tb.RUN_DIR / "lxc"), "--", "sh", "-c", shell]
+    )  # fmt: skip
