@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
@@ -52,19 +53,27 @@ def _alive(pid: int) -> bool:
 
 
 # A process that had run this long at the dump must be back after the restore; younger
-# ones (a job's `sleep 0.1`) may rightly have ended by the time the tree is looked at.
+# ones (a job's `sleep 0.1`) may rightly have ended by the time the tree is looked at. The
+# container's init and its direct children (its daemons: slurmd, munged, slurmstepd) must
+# be back whatever their age: a container restored a moment ago has only young processes.
 LONG_LIVED_S: Final = 5.0
 
 
-def tree(init_pid: int) -> dict[int, float]:
-    """The container's live processes (zombies excluded): in-namespace pid -> age in s."""
+@dataclass(frozen=True)
+class Proc:
+    age_s: float
+    ppid: int  # in the container's pid namespace (0 for its init)
+
+
+def tree(init_pid: int) -> dict[int, Proc]:
+    """The container's live processes (zombies excluded), by their pid inside it."""
     try:
         ns = os.readlink(f"/proc/{init_pid}/ns/pid")
         uptime = float(Path("/proc/uptime").read_text().split()[0])
     except OSError:
         return {}
     ticks = os.sysconf("SC_CLK_TCK")
-    found: dict[int, float] = {}
+    outer: dict[int, tuple[int, float, int]] = {}  # host pid -> (ns pid, age, host ppid)
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -80,8 +89,18 @@ def tree(init_pid: int) -> dict[int, float]:
         nspid = next(
             (ln.split()[-1] for ln in status.splitlines() if ln.startswith("NSpid:")), entry
         )
-        found[int(nspid)] = uptime - int(stat[19]) / ticks
-    return found
+        outer[int(entry)] = (int(nspid), uptime - int(stat[19]) / ticks, int(stat[1]))
+    return {
+        nspid: Proc(age, outer[ppid][0] if ppid in outer else 0)
+        for nspid, age, ppid in outer.values()
+    }
+
+
+def must_come_back(procs: dict[int, Proc]) -> list[int]:
+    """The pids a restore must bring back: old processes, init and init's children."""
+    return sorted(
+        p for p, pr in procs.items() if pr.age_s >= LONG_LIVED_S or p == 1 or pr.ppid == 1
+    )
 
 
 def _config_size(path: Path) -> Size:
@@ -166,7 +185,7 @@ class LxcBackend:
         if pid is None:
             raise BackendError(f"{name} does not run here")
         before = tree(pid)
-        long_lived = sorted(p for p, age in before.items() if age >= LONG_LIVED_S)
+        long_lived = must_come_back(before)
         (images / TREE_FILE).write_text(
             json.dumps({"processes": len(before), "long_lived": long_lived})
         )
@@ -234,7 +253,7 @@ class LxcBackend:
             said = ", check passed"
         if self.cfg.announce:
             said += f", announced {self._announce(pid)}"
-        return f"RUNNING, {len(now)} processes, all {len(want)} long-lived ones back{said}"
+        return f"RUNNING, {len(now)} processes, all {len(want)} lasting ones back{said}"
 
     def _announce(self, pid: int) -> str:
         cp = self._run(

@@ -13,6 +13,7 @@ from ``committing`` on it finishes the commit. No step id runs twice.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import threading
 import time
@@ -30,6 +31,19 @@ from clavis_migrator.store import StepRecord, StepStore
 log = logging.getLogger("clavis_migrator.steps")
 
 PeerFactory = Callable[[str], PeerClient]
+
+# Fault injection for the testbed's tests, after clavisd's pause points: with
+# CLAVIS_MIGRATOR_PAUSE_AT=after-checkpoint in its environment the agent logs "pause point
+# after-checkpoint reached" once the container is dumped and holds that step there (the
+# test then kills the agent). Without the variable a point is one dictionary lookup.
+PAUSE_ENV = "CLAVIS_MIGRATOR_PAUSE_AT"
+PAUSE_HOLD_S = 3600.0
+
+
+def pause_point(name: str) -> None:
+    if os.environ.get(PAUSE_ENV) == name:
+        log.warning("pause point %s reached", name)
+        threading.Event().wait(PAUSE_HOLD_S)
 
 
 class StepFailedError(Exception):
@@ -169,6 +183,7 @@ class Machine:
                 raise StepFailedError(f"checkpoint on {self.host} failed: {exc}") from exc
             stopped = True
             rec = self._note(rec, f"checkpointed on {self.host}", phase="transfer")
+            pause_point("after-checkpoint")
             in_time("the transfer")
             moved, retried = self._transfer(peer, step, images)
             sent = f"{moved} bytes sent to {step.target}"

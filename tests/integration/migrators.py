@@ -7,6 +7,8 @@ Steps are sent from the head's netns with clavisd's own client
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -58,7 +60,7 @@ class Agents:
     def state_dir(self, host: str) -> Path:
         return self.root / host
 
-    def start(self, host: str, cores: int) -> None:
+    def start(self, host: str, cores: int, pause_at: str = "") -> None:
         cfg = self.root / f"{host}.toml"
         cfg.write_text(
             f'host = "{host}"\nlisten = "{host_ip(self.testbed, host)}"\nport = {PORT}\n'
@@ -69,10 +71,14 @@ class Agents:
             "netns_sysfs = true\n"
         )
         log = open(self.root / f"{host}.log", "ab")  # noqa: SIM115 (kept by the agent)
+        env = dict(os.environ)
+        env.pop("CLAVIS_MIGRATOR_PAUSE_AT", None)
+        if pause_at:
+            env["CLAVIS_MIGRATOR_PAUSE_AT"] = pause_at
         self.procs[host] = subprocess.Popen(
             ["nsenter", f"--net=/run/netns/ctb-{host}", "--",
              sys.executable, "-m", "clavis_migrator", "--config", str(cfg)],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
         )  # fmt: skip
         log.close()
         deadline = time.monotonic() + 20
@@ -83,6 +89,12 @@ class Agents:
 
     def log(self, host: str) -> str:
         return (self.root / f"{host}.log").read_text(errors="replace")[-4000:]
+
+    def kill(self, host: str) -> None:
+        """kill -9 of one agent (nsenter execs it: the PID is the agent's)."""
+        p = self.procs[host]
+        p.send_signal(signal.SIGKILL)
+        p.wait(timeout=20)
 
     def stop(self) -> None:
         for p in self.procs.values():

@@ -218,3 +218,37 @@ def test_a_node_moves_to_another_rack_and_keeps_its_address(
     finally:
         a.stop()
         _send_home(testbed, tmp_path)
+
+
+def test_a_source_agent_killed_after_the_dump_rolls_back_when_restarted(
+    testbed: dict[str, Any], tmp_path: Path
+) -> None:
+    """kill -9 of the source's agent once the container is dumped: the container is down
+    until the agent restarts, which restores it on the source (the step is rolled_back);
+    the target keeps nothing and the job runs on."""
+    a = Agents(testbed, tmp_path, ["r1h2"], cores=3)
+    try:
+        a.start("r1h1", 3, pause_at="after-checkpoint")
+        job, counter = _start_job(testbed, 120)
+        a.send(step(testbed, (1, 0), NODE, "r1h1", "r1h2"))
+        assert _wait(lambda: "pause point after-checkpoint reached" in a.log("r1h1"), 60), a.log(
+            "r1h1"
+        )
+        a.kill("r1h1")
+        assert lxc_state(NODE, "r1h1") == "STOPPED" and lxc_state(NODE, "r1h2") == "STOPPED"
+        a.start("r1h1", 3)
+        doc = a.wait("r1h1", "1:0")
+        assert doc["state"] == "rolled_back", (doc, a.log("r1h1"))
+        assert "agent restarted during phase transfer" in doc["message"], doc
+        assert "rolled back: restored on r1h1" in doc["message"], doc
+        assert lxc_state(NODE, "r1h1") == "RUNNING" and lxc_state(NODE, "r1h2") == "STOPPED"
+        # the same step id again: its status, no second run
+        assert a.send(step(testbed, (1, 0), NODE, "r1h1", "r1h2"))["state"] == "rolled_back"
+        for host in ("r1h1", "r1h2"):
+            for sub in ("outgoing", "incoming"):
+                d = a.state_dir(host) / sub
+                assert not any(p.is_file() for p in d.rglob("*")), (host, sub)
+        _job_ends_well(job, counter, 120)
+    finally:
+        a.stop()
+        _send_home(testbed, tmp_path)
