@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 
 from clavis.documents import InputError
+from clavis.report import UNITS
 from clavis.service.auth import SecretFileError, hash_password, load_secret
 from clavis.service.config import DEFAULT_PATH, ConfigError, load_config
 from clavis_contracts.signing import sign
@@ -61,6 +62,16 @@ def _f_line(doc: dict[str, Any]) -> str:
     return line
 
 
+def _objectives_line(doc: dict[str, Any]) -> str | None:
+    """Raw P, D, C and M before and after the plan's steps (docs/objectives.md units)."""
+    o = doc.get("summary", {}).get("objectives")
+    if not isinstance(o, dict) or "before" not in o or "after" not in o:
+        return None
+    return "objectives " + ", ".join(
+        f"{k} {o['before'][k]:.6g} -> {o['after'][k]:.6g} {UNITS[k]}" for k in "PDCM"
+    )
+
+
 def cmd_repack(args: argparse.Namespace) -> int:
     try:
         config = load_config(Path(args.config))
@@ -85,6 +96,9 @@ def cmd_repack(args: argparse.Namespace) -> int:
         deferred = out["decision"] == "deferred"
         title = "plan (not stored: too little can run)" if deferred else "dry-run plan (not stored)"
         print(_plan_table(f"{title}  {_f_line(proposal)}", proposal["steps"]))
+        line = _objectives_line(proposal)
+        if line:
+            print(line)
         if proposal["deferred"]:
             print(_deferred_table(proposal["deferred"]))
         if deferred:
@@ -97,6 +111,9 @@ def cmd_repack(args: argparse.Namespace) -> int:
         return 1 if out["decision"] == "no-solution" else 0
     print(_plan_table(f"plan {plan['id']}  state {plan['state']}  {_f_line(plan)}",
                       plan["steps"]))  # fmt: skip
+    line = _objectives_line(plan)
+    if line:
+        print(line)
     if plan["deferred"]:
         print(_deferred_table(plan["deferred"]))
     if plan["state"] == "pending":

@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Literal
 
@@ -234,6 +235,9 @@ class Clavisd:
             summary = {"message": d.message, "contended": list(d.contended),
                        "deferred": [m.model_dump() for m in deferred], "f_solver": f_solver,
                        "weights": list(weights.as_tuple())}  # fmt: skip
+            if d.raw_current is not None and d.raw_target is not None:
+                summary["objectives"] = {"before": asdict(d.raw_current),
+                                         "after": asdict(d.raw_target)}  # fmt: skip
             if not apply or d.decision == "deferred":
                 # Shown, not stored; an older pending plan stays. A deferred decision has
                 # nothing worth starting even with apply.

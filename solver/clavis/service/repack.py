@@ -19,7 +19,7 @@ from typing import Literal
 
 from clavis.documents import InputError
 from clavis.instance import build_instance
-from clavis.objectives import Weights, contended_hosts, score, violations
+from clavis.objectives import Objectives, Weights, contended_hosts, score, violations
 from clavis.placement import SolveOptions, place
 from clavis.service.agents import AgentProtocolError, AgentUnavailableError, MigratorClient
 from clavis.service.config import RepackConfig
@@ -47,6 +47,10 @@ class Decision:
     plan: Plan | None
     contended: tuple[str, ...] = ()
     f_solver: float | None = None
+    # raw P, D, C, M (units of report.UNITS) of the current placement and of the one the
+    # plan's steps reach, so an admin sees what a plan trades, not only F
+    raw_current: Objectives | None = None
+    raw_target: Objectives | None = None
 
 
 def describe_moves(moves: tuple[Move, ...], limit: int = 5) -> str:
@@ -100,6 +104,7 @@ def decide(snap: Snapshot, weights: Weights, cfg: RepackConfig) -> Decision:
     hot = tuple(inst.hosts[h].name for h in sorted(contended_hosts(inst, current)))
     solver_f = result.score.F
     reached_f = solver_f
+    reached_raw = result.score.raw
     deferred = ""
     if plan.deferred:
         # Deferred moves are not made: what the plan reaches is the current placement with
@@ -108,8 +113,8 @@ def decide(snap: Snapshot, weights: Weights, cfg: RepackConfig) -> Decision:
         for step in plan.steps:
             where[step.move.container] = step.move.target
         index = {h.name: i for i, h in enumerate(inst.hosts)}
-        reached_f = score(inst, tuple(index[where[c.name]] for c in inst.containers),
-                          weights).F  # fmt: skip
+        reached = score(inst, tuple(index[where[c.name]] for c in inst.containers), weights)
+        reached_f, reached_raw = reached.F, reached.raw
         deferred = (f"; {len(plan.deferred)} moves deferred (no host has room to stage them; "
                     f"those containers stay): {describe_moves(plan.deferred)}")  # fmt: skip
         if now_score.F - reached_f <= cfg.margin:
@@ -118,11 +123,11 @@ def decide(snap: Snapshot, weights: Weights, cfg: RepackConfig) -> Decision:
                             f"needs moves that cannot be ordered now; the {len(plan.steps)} "
                             f"steps that can would reach F {reached_f:.4f}, not more than "
                             f"repack.margin {cfg.margin:g} better: nothing planned{deferred}",
-                            plan, hot, solver_f)  # fmt: skip
+                            plan, hot, solver_f, now_score.raw, reached_raw)  # fmt: skip
     return Decision("planned", now_score.F, reached_f,
                     f"F {now_score.F:.4f} -> {reached_f:.4f} ({result.method} "
                     f"{result.status}); {len(plan.steps)} steps in {plan.waves} waves"
-                    + deferred, plan, hot, solver_f)  # fmt: skip
+                    + deferred, plan, hot, solver_f, now_score.raw, reached_raw)  # fmt: skip
 
 
 class Executor:

@@ -4,6 +4,7 @@ pending, and a later --apply supersedes it."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -41,6 +42,13 @@ def test_repack_dry_run_changes_nothing_and_apply_without_agent(tmp_path: Path) 
         assert "decision: planned" in dry.stdout and "dry run: nothing stored" in dry.stdout
         assert "dry-run plan (not stored)" in dry.stdout
         assert " a1 " in dry.stdout or " b1 " in dry.stdout or " a2 " in dry.stdout
+        # raw P, D, C, M before -> after: the plan separates the devils, so D falls
+        objectives = re.search(r"^objectives (.*)$", dry.stdout, re.M)
+        assert objectives, dry.stdout
+        values = {k: (float(a), float(b)) for k, a, b in
+                  re.findall(r"([PDCM]) (\S+) -> (\S+) ", objectives.group(1))}  # fmt: skip
+        assert set(values) == {"P", "D", "C", "M"}, objectives.group(1)
+        assert values["D"][1] < values["D"][0], values
         assert store_rows(url) == before
         assert d.call("GET", "/api/v1/plans") == []
         applied = run("--apply")
