@@ -67,9 +67,17 @@ def _objectives_line(doc: dict[str, Any]) -> str | None:
     o = doc.get("summary", {}).get("objectives")
     if not isinstance(o, dict) or "before" not in o or "after" not in o:
         return None
-    return "objectives " + ", ".join(
+    line = "objectives " + ", ".join(
         f"{k} {o['before'][k]:.6g} -> {o['after'][k]:.6g} {UNITS[k]}" for k in "PDCM"
     )
+    solver = o.get("solver")
+    if isinstance(solver, dict) and solver != o["after"]:
+        line += (
+            "\n(the solver's placement, with the deferred moves: "
+            + ", ".join(f"{k} {solver[k]:.6g}" for k in "PDCM")
+            + ")"
+        )
+    return line
 
 
 def cmd_repack(args: argparse.Namespace) -> int:

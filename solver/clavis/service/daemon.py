@@ -238,6 +238,8 @@ class Clavisd:
             if d.raw_current is not None and d.raw_target is not None:
                 summary["objectives"] = {"before": asdict(d.raw_current),
                                          "after": asdict(d.raw_target)}  # fmt: skip
+                if d.raw_solver is not None:
+                    summary["objectives"]["solver"] = asdict(d.raw_solver)
             if not apply or d.decision == "deferred":
                 # Shown, not stored; an older pending plan stays. A deferred decision has
                 # nothing worth starting even with apply.

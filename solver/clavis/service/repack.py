@@ -51,6 +51,7 @@ class Decision:
     # plan's steps reach, so an admin sees what a plan trades, not only F
     raw_current: Objectives | None = None
     raw_target: Objectives | None = None
+    raw_solver: Objectives | None = None
 
 
 def describe_moves(moves: tuple[Move, ...], limit: int = 5) -> str:
@@ -123,11 +124,13 @@ def decide(snap: Snapshot, weights: Weights, cfg: RepackConfig) -> Decision:
                             f"needs moves that cannot be ordered now; the {len(plan.steps)} "
                             f"steps that can would reach F {reached_f:.4f}, not more than "
                             f"repack.margin {cfg.margin:g} better: nothing planned{deferred}",
-                            plan, hot, solver_f, now_score.raw, reached_raw)  # fmt: skip
+                            plan, hot, solver_f, now_score.raw, reached_raw,
+                            result.score.raw)  # fmt: skip
     return Decision("planned", now_score.F, reached_f,
                     f"F {now_score.F:.4f} -> {reached_f:.4f} ({result.method} "
                     f"{result.status}); {len(plan.steps)} steps in {plan.waves} waves"
-                    + deferred, plan, hot, solver_f, now_score.raw, reached_raw)  # fmt: skip
+                    + deferred, plan, hot, solver_f, now_score.raw, reached_raw,
+                            result.score.raw)  # fmt: skip
 
 
 class Executor:
