@@ -236,10 +236,10 @@ class Clavisd:
                        "deferred": [m.model_dump() for m in deferred], "f_solver": f_solver,
                        "weights": list(weights.as_tuple())}  # fmt: skip
             if d.raw_current is not None and d.raw_target is not None:
-                summary["objectives"] = {"before": asdict(d.raw_current),
-                                         "after": asdict(d.raw_target)}  # fmt: skip
+                objectives = {"before": asdict(d.raw_current), "after": asdict(d.raw_target)}
                 if d.raw_solver is not None:
-                    summary["objectives"]["solver"] = asdict(d.raw_solver)
+                    objectives["solver"] = asdict(d.raw_solver)
+                summary["objectives"] = objectives
             if not apply or d.decision == "deferred":
                 # Shown, not stored; an older pending plan stays. A deferred decision has
                 # nothing worth starting even with apply.
