@@ -18,6 +18,8 @@ from pydantic import Field, model_validator
 from clavis_contracts.common import AwareDatetime, Name, Strict
 
 STEP_VERSION: Final = 1
+# Status 2 (issue 14) adds what a move cost: frozen time, bytes moved, pre-copy rounds.
+STATUS_VERSION: Final = 2
 
 StepState = Literal[
     "pending",  # planned, not sent
@@ -58,10 +60,28 @@ class MigrationStep(Strict):
 
 
 class StepStatus(Strict):
-    schema_version: Literal[1] = STEP_VERSION
+    schema_version: Literal[1, 2] = STATUS_VERSION
     kind: Literal["clavis.step-status"] = "clavis.step-status"
     step_id: str = Field(pattern=r"^[0-9]+:[0-9]+$")
     state: StepState
     message: str = Field(default="", max_length=4096)
     updated: AwareDatetime
     seconds: float | None = Field(default=None, ge=0, description="Duration once terminal.")
+    frozen_s: float | None = Field(
+        default=None, ge=0,
+        description="Schema 2: how long the container was stopped (dump to verified restore "
+        "on the target; for a rollback, until restored on the source). None: it never stopped.",
+    )  # fmt: skip
+    bytes_moved: int | None = Field(
+        default=None, ge=0, description="Schema 2: image bytes sent to the target."
+    )
+    precopy_rounds: int | None = Field(
+        default=None, ge=0, description="Schema 2: iterative pre-copy rounds before the dump."
+    )
+
+    @model_validator(mode="after")
+    def _versioned(self) -> StepStatus:
+        v2 = {"frozen_s", "bytes_moved", "precopy_rounds"} & self.model_fields_set
+        if self.schema_version == 1 and v2:
+            raise ValueError(f"{', '.join(sorted(v2))} need schema_version 2")
+        return self

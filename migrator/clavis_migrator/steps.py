@@ -26,7 +26,7 @@ from clavis_migrator.backend import Backend, BackendError
 from clavis_migrator.hooks import run_hook
 from clavis_migrator.incoming import sha256_file
 from clavis_migrator.peer import PeerClient, PeerError, PeerForgedError
-from clavis_migrator.store import StepRecord, StepStore
+from clavis_migrator.store import StepRecord, StepStore, now
 
 log = logging.getLogger("clavis_migrator.steps")
 
@@ -174,7 +174,7 @@ class Machine:
             images = self._images(step)
             shutil.rmtree(images, ignore_errors=True)
             images.mkdir(parents=True)
-            rec = self.store.update(rec, phase="checkpoint")
+            rec = self.store.update(rec, phase="checkpoint", stopped_at=now())
             frozen_t0 = time.monotonic()
             try:
                 self.backend.checkpoint(step.container, images)
@@ -282,6 +282,10 @@ class Machine:
             why = f"ROLLBACK FAILED: restore on {self.host}: {exc}; images kept in {images}"
             return rec, "failed", why
         shutil.rmtree(images, ignore_errors=True)
+        if rec.stopped_at is not None:
+            frozen = (now() - rec.stopped_at).total_seconds()
+            rec = self.store.update(rec, frozen_s=frozen)
+            seen += f"; frozen {frozen:.2f} s"
         try:
             said = run_hook(self.network_hook, step.container, self.host)
             if said:

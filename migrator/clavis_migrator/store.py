@@ -40,6 +40,8 @@ class StepRecord(Strict):
     updated: AwareDatetime
     seconds: float | None = None
     frozen_s: float | None = None
+    # wall-clock time the dump began (the container stops): a restarted agent still knows
+    stopped_at: AwareDatetime | None = None
     bytes_moved: int = 0
 
     @property
@@ -53,6 +55,9 @@ class StepRecord(Strict):
             message=self.message[-4096:],
             updated=self.updated,
             seconds=self.seconds if self.terminal else None,
+            frozen_s=None if self.frozen_s is None else round(self.frozen_s, 3),
+            bytes_moved=self.bytes_moved,
+            precopy_rounds=0,  # no pre-copy yet: one dump
         )
 
 

@@ -107,6 +107,8 @@ def test_a_node_with_a_running_job_moves_within_its_rack_and_back(
     done = agents.wait("r1h1", "1:0")
     assert done["state"] == "done", (done, agents.log("r1h1"), agents.log("r1h2"))
     assert "committed: r1h1c2 runs on r1h2" in done["message"]
+    # status schema 2: what the move cost (about 4 MB of images here)
+    assert 0 < done["frozen_s"] <= done["seconds"] and done["bytes_moved"] > 10**6
     assert agents.send(step(testbed, (1, 0), NODE, "r1h1", "r1h2"))["state"] == "done"  # no rerun
 
     # the container runs on r1h2 only, on its bridge, with its IP and MAC

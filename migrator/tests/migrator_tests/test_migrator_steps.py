@@ -38,6 +38,8 @@ def test_a_step_moves_the_container_and_cleans_both_hosts(pair, tmp_path: Path) 
     assert t.where["c1"] == "h2" and t.memory["c1"] == before  # every byte arrived
     assert "committed: c1 runs on h2" in done["message"]
     assert done["seconds"] is not None
+    assert done["schema_version"] == 2 and done["bytes_moved"] == len(before) + 3
+    assert 0 < done["frozen_s"] <= done["seconds"] and done["precopy_rounds"] == 0
     rec = a1.store.get("1:0")
     assert rec is not None and rec.bytes_moved == len(before) + 3 and rec.frozen_s is not None
     # 50,000 bytes in 4,096-byte chunks: many signed PUTs, all checked at the end
@@ -141,6 +143,7 @@ def test_a_failed_restore_on_the_target_rolls_back_to_the_source(pair, tmp_path:
     assert doc["state"] == "rolled_back", doc
     assert "restore on h2 failed: criu restore: injected failure" in doc["message"]
     assert "rolled back: restored on h1" in doc["message"]
+    assert doc["frozen_s"] > 0  # it was stopped until restored on the source
     assert t.where["c1"] == "h1"
     assert files_under(tmp_path / "h2" / "incoming") == []  # the target dropped its images
     assert files_under(tmp_path / "h1" / "outgoing") == []
@@ -177,6 +180,7 @@ def test_a_failed_checkpoint_leaves_the_container_running(pair) -> None:
     doc = wait_terminal(a1.port, "1:0")
     assert doc["state"] == "failed", doc
     assert "checkpoint on h1 failed" in doc["message"] and "still runs on h1" in doc["message"]
+    assert doc["frozen_s"] is None and doc["bytes_moved"] == 0
     assert t.where["c1"] == "h1" and "restore c1 on h1" not in t.calls
 
 
