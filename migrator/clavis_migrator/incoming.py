@@ -19,6 +19,7 @@ from typing import Any
 from clavis_contracts import MigrationStep
 from clavis_migrator.backend import Backend, BackendError
 from clavis_migrator.hooks import run_hook
+from clavis_migrator.pause import pause_point
 from clavis_migrator.store import write_atomic
 
 
@@ -56,6 +57,11 @@ class Incoming:
         self.network_hook = network_hook
         self.dir = directory
         self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        # Images of steps not restored here are of no use after a restart (a source that
+        # still sends prepares again); a restored step's stay for its source's commit/abort.
+        for d in self.dir.iterdir():
+            if d.is_dir() and not (d / "restored").is_file():
+                shutil.rmtree(d, ignore_errors=True)
         self.backend = backend
         self.cores, self.memory = capacity
         self._lock = threading.Lock()
@@ -122,6 +128,8 @@ class Incoming:
         path = self.images(step_id) / safe_relpath(rel)
         path.parent.mkdir(parents=True, exist_ok=True)
         size = path.stat().st_size if path.exists() else 0
+        if offset == 0 and not any(self.images(step_id).iterdir()):
+            pause_point("target-receiving")
         if offset != size:
             raise RefusedError(f"{rel}: chunk at offset {offset}, file has {size} bytes")
         try:

@@ -13,7 +13,6 @@ from ``committing`` on it finishes the commit. No step id runs twice.
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import threading
 import time
@@ -25,25 +24,13 @@ from clavis_contracts import MigrationStep
 from clavis_migrator.backend import Backend, BackendError
 from clavis_migrator.hooks import run_hook
 from clavis_migrator.incoming import sha256_file
+from clavis_migrator.pause import pause_point
 from clavis_migrator.peer import PeerClient, PeerError, PeerForgedError
 from clavis_migrator.store import StepRecord, StepStore, now
 
 log = logging.getLogger("clavis_migrator.steps")
 
 PeerFactory = Callable[[str], PeerClient]
-
-# Fault injection for the testbed's tests, after clavisd's pause points: with
-# CLAVIS_MIGRATOR_PAUSE_AT=after-checkpoint in its environment the agent logs "pause point
-# after-checkpoint reached" once the container is dumped and holds that step there (the
-# test then kills the agent). Without the variable a point is one dictionary lookup.
-PAUSE_ENV = "CLAVIS_MIGRATOR_PAUSE_AT"
-PAUSE_HOLD_S = 3600.0
-
-
-def pause_point(name: str) -> None:
-    if os.environ.get(PAUSE_ENV) == name:
-        log.warning("pause point %s reached", name)
-        threading.Event().wait(PAUSE_HOLD_S)
 
 
 class StepFailedError(Exception):

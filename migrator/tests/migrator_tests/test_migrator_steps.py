@@ -314,3 +314,15 @@ def test_a_bug_during_the_rollback_ends_the_step_and_says_so(pair) -> None:
         "INTERNAL ERROR while ending the step (RuntimeError('a bug in the backend'))"
         in (doc["message"])
     )
+
+
+def test_a_restarted_target_drops_images_it_never_restored(tmp_path: Path) -> None:
+    incoming = tmp_path / "h2" / "incoming"
+    for name, restored in (("5_0", False), ("5_1", True)):
+        (incoming / name / "images").mkdir(parents=True)
+        (incoming / name / "images" / "pages-1.img").write_bytes(b"x")
+        if restored:
+            (incoming / name / "restored").write_text("1")
+    a2, _ = make_agent(tmp_path, "h2", table("c1"))
+    a2.stop()
+    assert files_under(incoming) == ["5_1/images/pages-1.img", "5_1/restored"]
