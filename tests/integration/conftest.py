@@ -56,12 +56,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         for it in items:
             if it.get_closest_marker("integration") is not None:
                 it.add_marker(skip)
-    # lifecycle tests need the machine without a testbed: run them first
-    items.sort(
-        key=lambda it: (
-            0 if "lifecycle" in getattr(getattr(it, "module", None), "__name__", "") else 1
-        )
-    )
+
+    # lifecycle tests need the machine without a testbed: run them first; the stack's
+    # tests add the Clavis stack to the shared testbed and end by taking it down: last
+    def order(it: pytest.Item) -> int:
+        module = getattr(getattr(it, "module", None), "__name__", "")
+        return 0 if "lifecycle" in module else 2 if module.endswith("test_stack") else 1
+
+    items.sort(key=order)
 
 
 @pytest.fixture(scope="session")

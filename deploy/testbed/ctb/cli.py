@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import accounting, bmc, cluster, containers, misses, mpi, net, paths, power, slurm
+from . import accounting, bmc, cluster, containers, misses, mpi, net, paths, power, slurm, stack
 from .proc import CommandError, in_netns, spawn, start_time, stop
 from .state import State, StateError, load
-from .topology import Topology, TopologyError
+from .topology import Host, Topology, TopologyError
 from .topology import load as load_topology
 
 ENTRY = paths.HERE / "clavis-testbed"
@@ -146,7 +146,9 @@ def _ensure_criu() -> str:
     return cp.stdout.strip().splitlines()[-1]
 
 
-def _build(st: State) -> None:
+def _build(st: State, with_stack: bool) -> dict[str, str]:
+    """Build the testbed (and with_stack the Clavis stack); return the stack's UI
+    passwords (empty without it)."""
     topo = st.topology
     t0 = time.monotonic()
     st.criu = _ensure_criu()
@@ -187,16 +189,41 @@ def _build(st: State) -> None:
     cpusets = topo.cpusets(containers.machine_cpus())
     for c in topo.containers():
         containers.write_config(topo, c, cpusets[c.name])
+        # every node sees its own host's monitor socket directory (stack.py), with or
+        # without the stack, so `up --stack` can add it to a running testbed
+        stack.add_node_mount(c)
         st.containers.append(c.name)
         st.save()
         containers.start(c)
     for host in topo.hosts():
         bmc.wait_ready(host)
     slurm.wait_idle(topo, timeout=30)
+    passwords = stack.start(st, _bmcs(topo)) if with_stack else {}
     st.phase = "up"
     st.up_seconds = round(time.monotonic() - t0, 1)
     st.save()
     _write_env(st)
+    return passwords
+
+
+def _bmcs(topo: Topology) -> dict[str, dict[str, Any]]:
+    return {h.name: _bmc(h) for h in topo.hosts()}
+
+
+def _add_stack(st: State) -> int:
+    """`up --stack` on a healthy testbed without the stack: start it on top."""
+    _say("starting the Clavis stack on the running testbed")
+    try:
+        passwords = stack.start(st, _bmcs(st.topology))
+    except (CommandError, OSError, subprocess.TimeoutExpired) as exc:
+        _say(f"the stack did not start: {exc}; logs are in {paths.LOG}")
+        errors = stack.stop_stack(st)
+        if errors:
+            _say("could not stop: " + "; ".join(errors))
+        return 1
+    print(stack.passwords_text(passwords, st.topology))
+    _print_table(st)
+    return 0
 
 
 def _write_env(st: State) -> None:
@@ -217,12 +244,16 @@ def cmd_up(args: argparse.Namespace) -> int:
     topo = _topology_from_args(args)
     topo.cpusets(containers.machine_cpus())  # a TopologyError (exit 2) before building
     st = load()
+    # a testbed that ran the stack gets it back when it is repaired
+    with_stack = bool(args.stack) or (st is not None and stack.running(st))
     if st is not None:
         if st.topology != topo:
             if not problems(st):
                 _say("a testbed with another topology is up; run `clavis-testbed down` first")
                 return EXIT_BAD_INPUT
         elif not problems(st):
+            if with_stack and not stack.running(st):
+                return _add_stack(st)
             _say("already up")
             note = slurm.select_note(slurm.select_type())
             if note:
@@ -241,7 +272,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     st = State(topology=topo, pivot_existed=bool(_pivots()))
     st.save()
     try:
-        _build(st)
+        passwords = _build(st, with_stack)
     except (CommandError, OSError, subprocess.TimeoutExpired) as exc:
         _say(f"up failed: {exc}")
         _say(f"logs are in {paths.LOG}; removing what was built")
@@ -256,6 +287,8 @@ def cmd_up(args: argparse.Namespace) -> int:
             _say(f"cleaned up; logs kept in {keep}")
         return 1
     _say(f"up in {st.up_seconds:.1f}s")
+    if passwords:
+        print(stack.passwords_text(passwords, topo))
     _print_table(st)
     return 0
 
@@ -287,6 +320,19 @@ def _watts(host_name: str) -> str:
         return "-"
 
 
+def _bmc(h: Host) -> dict[str, Any]:
+    return {
+        "address": h.bmc_ip,
+        "port": h.bmc_port,
+        # reachable from the host's netns (and the head's) over the
+        # management network; not from the root namespace
+        "netns": h.netns,
+        "user": bmc.BMC_USER,
+        "password_file": str(paths.BMC / h.name / "password"),
+        "watts_file": str(paths.BMC / h.name / "watts"),
+    }
+
+
 def status_dict(st: State) -> dict[str, Any]:
     topo = st.topology
     states = slurm.node_states(topo)
@@ -300,16 +346,7 @@ def status_dict(st: State) -> dict[str, Any]:
                 "netns": h.netns,
                 "ip": h.ip,
                 "mgmt_ip": h.mgmt_ip,
-                "bmc": {
-                    "address": h.bmc_ip,
-                    "port": h.bmc_port,
-                    # reachable from the host's netns (and the head's) over the
-                    # management network; not from the root namespace
-                    "netns": h.netns,
-                    "user": bmc.BMC_USER,
-                    "password_file": str(paths.BMC / h.name / "password"),
-                    "watts_file": str(paths.BMC / h.name / "watts"),
-                },
+                "bmc": _bmc(h),
                 "containers": [
                     {
                         "name": c.name,
@@ -357,6 +394,7 @@ def status_dict(st: State) -> dict[str, Any]:
         "env_file": str(paths.ENV_FILE),
         "processes": [p.to_dict() for p in st.processes],
         "netns": st.netns,
+        "stack": stack.status(st),
     }
 
 
@@ -392,6 +430,8 @@ def _print_table(st: State) -> None:
     widths = [max(len(str(x)) for x in col) for col in zip(hdr, *rows, strict=False)]
     for row in (hdr, *rows):
         print("  ".join(str(x).ljust(w) for x, w in zip(row, widths, strict=True)).rstrip())
+    for line in stack.table_lines(d["stack"]):
+        print(line)
     if d["problems"]:
         print("problems: " + "; ".join(d["problems"]))
 
@@ -527,6 +567,11 @@ def parser() -> argparse.ArgumentParser:
     up.add_argument("--memory-mb-per-container", type=int, help="RealMemory and memory limit")
     up.add_argument("--core-rate-mbit", type=int, help="tbf rate of the inter-rack link")
     up.add_argument("--bmc-base-port", type=int, help="UDP port of the first BMC")
+    up.add_argument(
+        "--stack",
+        action="store_true",
+        help="also run the Clavis stack: clavisd, a monitor per host, the Slurm plugins",
+    )
     up.set_defaults(func=cmd_up)
     sub.add_parser("down", help="remove everything up created").set_defaults(func=cmd_down)
     st = sub.add_parser("status", help="table (or --json) of the running testbed")
