@@ -98,5 +98,13 @@ def test_checkpoint_and_restore_keep_an_established_tcp_connection(
     assert _wait(
         lambda: tb.slurm(["sinfo", "-h", "-n", container, "-o", "%T"]).strip() == "idle", 30
     )
+    # and it has its cpuset back (a restore alone leaves it at every CPU)
+    want = tb.status()["hosts"][0]["containers"][1]["cpuset"]
+    text = Path(f"/sys/fs/cgroup/cpuset/lxc.payload.{container}/cpuset.cpus").read_text()
+    got = set()
+    for part in text.strip().split(","):
+        lo, _, hi = part.partition("-")
+        got |= set(range(int(lo), int(hi or lo) + 1))
+    assert got == set(want), (text, want)
     out = tb.slurm(["srun", "-w", container, "-N", "1", "hostname"], timeout=60)
     assert out.strip() == container

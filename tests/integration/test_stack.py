@@ -109,6 +109,17 @@ def test_every_host_reports_and_clavisd_lists_every_container_on_its_host(
             break
         time.sleep(1)
     assert listed == nodes
+    # each monitor reads its own BMC over IPMI LAN+ (the management network)
+    deadline = time.monotonic() + 30
+    watts: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        code, text = http(HEAD_NETNS, "GET", url + "/api/v1/hosts", token)
+        assert code == 200, text
+        watts = {h["name"]: h["watts"] for h in json.loads(text)}
+        if all(w is not None for w in watts.values()):
+            break
+        time.sleep(1)
+    assert set(watts) == set(monitors) and all(w is not None and w > 0 for w in watts.values())
     # the viewer reads but may not act; the admin's password works too
     code, _ = http(HEAD_NETNS, "POST", url + "/api/v1/repack", token, {"apply": False})
     assert code == 403

@@ -517,6 +517,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
     d = Path(args.dir) if args.dir else paths.CKPT / c.name
     t0 = time.monotonic()
     containers.restore(c, d)
+    containers.set_cpuset(c, st.topology.cpusets(containers.machine_cpus())[c.name])
     _say(f"restored {c.name} from {d} in {time.monotonic() - t0:.2f}s")
     return 0
 

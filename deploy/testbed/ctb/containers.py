@@ -240,3 +240,9 @@ def restore(c: Container, directory: Path) -> None:
         )
     if cp.returncode != 0:
         raise CommandError(f"restore of {c.name} failed (exit {cp.returncode}); see {log}")
+
+
+def set_cpuset(c: Container, cpuset: tuple[int, ...]) -> None:
+    """Give a running container its cpuset again: a CRIU restore through lxc-checkpoint
+    brings its memory limit back but leaves cpuset.cpus at the parent's (every CPU)."""
+    run(lxc_cmd("lxc-cgroup", c.name, "cpuset.cpus", ",".join(str(x) for x in cpuset)))
