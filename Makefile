@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 include deploy/testbed/testbed.mk
 
-.PHONY: demo test lint typecheck unit bench-solver bench-pareto bench-ingest schemas clean \
+.PHONY: demo demo-parapluie test lint typecheck unit bench-solver bench-pareto bench-ingest schemas clean \
 	bench-realistic bench-realistic-quick postgres-install monitor-install bench-monitor bench-testbed slurm-plugin
 
 $(STAMP): solver/requirements.lock solver/pyproject.toml contracts/pyproject.toml monitor/pyproject.toml migrator/pyproject.toml \
@@ -20,7 +20,18 @@ $(STAMP): solver/requirements.lock solver/pyproject.toml contracts/pyproject.tom
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e migrator
 	touch $@
 
+# The testbed scenario of issue 13, narrated (deploy/testbed/ctb/demo.py), where root and
+# network namespaces are; elsewhere the Parapluie solve below. Leaves the cluster up.
 demo: $(STAMP)
+	@if why=$$(cd deploy/testbed && python3 -m ctb.demo --can-run); then \
+	    $(MAKE) --no-print-directory testbed-install slurm-plugin && \
+	    cd deploy/testbed && python3 -m ctb.demo; \
+	else \
+	    echo "make demo: $$why, so no testbed: solving the bundled Parapluie example instead"; \
+	    $(MAKE) --no-print-directory demo-parapluie; \
+	fi
+
+demo-parapluie: $(STAMP)
 	$(VENV)/bin/clavis solve --cluster examples/parapluie/cluster.yaml \
 	    --workload examples/parapluie/workload.yaml \
 	    --weights 0.15,1.94,0.68 --time-limit 10 --method cpsat \

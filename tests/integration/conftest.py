@@ -61,7 +61,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # tests add the Clavis stack to the shared testbed and end by taking it down: last
     def order(it: pytest.Item) -> int:
         module = getattr(getattr(it, "module", None), "__name__", "")
-        return 0 if "lifecycle" in module else 2 if module.endswith("test_stack") else 1
+        if "lifecycle" in module:
+            return 0
+        # the demo's scenario takes down whatever is up and brings up a fresh stack
+        return 3 if module.endswith("test_demo") else 2 if module.endswith("test_stack") else 1
 
     items.sort(key=order)
 
