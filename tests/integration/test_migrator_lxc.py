@@ -254,3 +254,35 @@ def test_a_source_agent_killed_after_the_dump_rolls_back_when_restarted(
     finally:
         a.stop()
         _send_home(testbed, tmp_path)
+
+
+def test_a_target_agent_killed_mid_transfer_leaves_the_node_on_its_source(
+    testbed: dict[str, Any], tmp_path: Path
+) -> None:
+    """kill -9 of the target's agent when the first image chunk arrives: the source's
+    transfer fails, it restores the container at home; the target, restarted, drops the
+    partial images."""
+    a = Agents(testbed, tmp_path, ["r1h1"], cores=3)
+    try:
+        a.start("r1h2", 3, pause_at="target-receiving")
+        job, counter = _start_job(testbed, 100)
+        a.send(step(testbed, (1, 0), NODE, "r1h1", "r1h2"))
+        assert _wait(lambda: "pause point target-receiving reached" in a.log("r1h2"), 60), a.log(
+            "r1h2"
+        )
+        a.kill("r1h2")
+        doc = a.wait("r1h1", "1:0")
+        assert doc["state"] == "rolled_back", (doc, a.log("r1h1"))
+        assert "transfer to r1h2 failed 3 times" in doc["message"], doc
+        assert "rolled back: restored on r1h1" in doc["message"], doc
+        assert lxc_state(NODE, "r1h1") == "RUNNING" and lxc_state(NODE, "r1h2") == "STOPPED"
+        assert any(p.is_file() for p in (a.state_dir("r1h2") / "incoming").rglob("*"))
+        a.start("r1h2", 3)
+        for host in ("r1h1", "r1h2"):
+            for sub in ("outgoing", "incoming"):
+                d = a.state_dir(host) / sub
+                assert not any(p.is_file() for p in d.rglob("*")), (host, sub)
+        _job_ends_well(job, counter, 100)
+    finally:
+        a.stop()
+        _send_home(testbed, tmp_path)
