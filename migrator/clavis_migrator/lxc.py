@@ -121,6 +121,15 @@ def _config_size(path: Path) -> Size:
     return Size(cores, memory)
 
 
+def config_cpuset(path: Path) -> str:
+    """The cpuset.cpus an LXC config gives its container ("" without one)."""
+    for line in path.read_text().splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() in ("lxc.cgroup.cpuset.cpus", "lxc.cgroup2.cpuset.cpus"):
+            return value.strip()
+    return ""
+
+
 class LxcBackend:
     def __init__(self, cfg: LxcConfig, state_dir: Path) -> None:
         self.cfg = cfg
@@ -220,6 +229,15 @@ class LxcBackend:
                 raise BackendError(f"lxc-checkpoint -r {name}: {exc}; see {log}") from exc
         if cp.returncode != 0:
             raise BackendError(f"lxc-checkpoint -r {name} exited {cp.returncode}; see {log}")
+        # A restore through lxc-checkpoint brings the memory limit back but leaves
+        # cpuset.cpus at the parent's (every CPU): give the container its cpuset again.
+        cpus = config_cpuset(self.path / name / "config")
+        if cpus:
+            got = self._run(self._lxc("lxc-cgroup", name, "cpuset.cpus", cpus))
+            if got.returncode != 0:
+                raise BackendError(
+                    f"lxc-cgroup {name} cpuset.cpus {cpus}: {got.stderr.strip()[-300:]}"
+                )
         try:
             doc = json.loads((images / TREE_FILE).read_text())
             self._expected[name] = [int(p) for p in doc["long_lived"]]

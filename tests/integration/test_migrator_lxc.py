@@ -118,6 +118,10 @@ def test_a_node_with_a_running_job_moves_within_its_rack_and_back(
     assert "v-r1h1c2" not in tb.run(["ip", "-n", "ctb-r1h1", "-o", "link"])
     shown = attach(NODE, "r1h2", "ip -4 -o addr show dev eth0; cat /sys/class/net/eth0/address")
     assert "10.213.1.102/24" in shown and mac in shown
+    # its cpuset too (a CRIU restore through lxc-checkpoint leaves every CPU)
+    cpus = (Path("/sys/fs/cgroup/cpuset") / f"lxc.payload.{NODE}" / "cpuset.cpus").read_text()
+    node_conf = (tb.RUN_DIR / "lxc" / NODE / "config").read_text()
+    assert f"lxc.cgroup.cpuset.cpus = {cpus.strip()}\n" in node_conf, cpus
     # the job kept running through the move, on the same node, and Slurm saw nothing
     n = _count(counter)
     assert _wait(lambda: _count(counter) >= n + 10, 20), "the job stopped writing"

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from clavis_migrator.backend import Size
-from clavis_migrator.lxc import Proc, _config_size, must_come_back, tree
+from clavis_migrator.lxc import Proc, _config_size, config_cpuset, must_come_back, tree
 
 
 def test_size_from_an_lxc_config(tmp_path: Path) -> None:
@@ -19,10 +19,12 @@ def test_size_from_an_lxc_config(tmp_path: Path) -> None:
         "lxc.cgroup.memory.limit_in_bytes = 1073741824\n"
     )
     assert _config_size(conf) == Size(7, 2**30)
+    assert config_cpuset(conf) == "0-3,6,8-9"
     conf.write_text("lxc.cgroup2.cpuset.cpus = 2\nlxc.cgroup2.memory.max = max\n")
     assert _config_size(conf) == Size(1, 0)
     conf.write_text("lxc.uts.name = n2\n")
     assert _config_size(conf) == Size(1, 0)
+    assert config_cpuset(conf) == ""
 
 
 def test_tree_lists_live_processes_of_a_pid_namespace_by_their_pid_in_it() -> None:
