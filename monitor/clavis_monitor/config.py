@@ -227,4 +227,6 @@ def load(path: Path | None) -> Config:
         raise ConfigError(f"{path}: {exc.strerror}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not TOML: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8: {exc}") from exc
     return parse(doc)

@@ -60,6 +60,10 @@ def test_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     bad.write_text("interval_s = -1\n")
     assert main(["--config", str(bad)]) == 2
     assert "interval_s" in capsys.readouterr().err
+    latin = tmp_path / "latin1.toml"
+    latin.write_bytes("# r\xe9glage\ninterval_s = 5\n".encode("latin-1"))
+    assert main(["--config", str(latin)]) == 2
+    assert f"{latin}: not UTF-8" in capsys.readouterr().err
     secret = tmp_path / "secret"
     secret.write_text("0123456789abcdef0123\n")
     secret.chmod(0o644)
