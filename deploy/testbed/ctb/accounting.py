@@ -59,7 +59,10 @@ def build_template() -> Path:
         pwd.getpwnam(MYSQL_USER)
     except KeyError as exc:
         raise CommandError("no mysql user: install mariadb-server (install.sh)") from exc
-    tmp = TEMPLATE.with_name(TEMPLATE.name + ".tmp")
+    # Initialised under the run directory, which the mysql user can reach: the cache may
+    # be a private 0700 directory (CLAVIS_CACHE from mkdtemp, as the testbed bench's
+    # cold run has), where mariadb-install-db, running as mysql, cannot write.
+    tmp = paths.RUN / f"mariadb-template-{TEMPLATE_VERSION}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     _chown_tree(tmp, MYSQL_USER)
@@ -73,7 +76,11 @@ def build_template() -> Path:
     )  # fmt: skip
     (tmp / ".clavis-ready").write_text(f"clavis testbed MariaDB datadir v{TEMPLATE_VERSION}\n")
     shutil.rmtree(TEMPLATE, ignore_errors=True)
-    tmp.rename(TEMPLATE)
+    staged = TEMPLATE.with_name(TEMPLATE.name + ".tmp")
+    shutil.rmtree(staged, ignore_errors=True)
+    shutil.copytree(tmp, staged, symlinks=True)  # /run and the cache are other filesystems
+    shutil.rmtree(tmp)
+    staged.rename(TEMPLATE)
     return TEMPLATE
 
 
