@@ -65,6 +65,10 @@ def observe(state: ClassState, sample: Klass | None, rule: Hysteresis) -> ClassS
     for klass, mark in _VOTE.items():
         if klass != state.klass and votes.count(mark) >= rule.votes:
             return ClassState(klass, "samples", votes)  # type: ignore[arg-type]
+    # A class taken from the application's memory is the container's own once its window
+    # confirms it: "memory" means "assumed, not yet measured here".
+    if state.source == "memory" and state.klass and votes.count(_VOTE[state.klass]) >= rule.votes:
+        return ClassState(state.klass, "samples", votes)
     return ClassState(state.klass, state.source, votes)
 
 

@@ -41,6 +41,20 @@ def test_class_helpers() -> None:
     assert vote(None, 4.5) is None and vote(4.5, 4.5) == "devil" and vote(4.4, 4.5) == "turtle"
     assert remembered("devil") == ClassState("devil", "memory", "")
     assert remembered(None) == ClassState()
+
+
+def test_a_remembered_class_becomes_measured_once_the_window_confirms_it() -> None:
+    rule = Hysteresis(10, 7)
+    s = remembered("turtle")
+    for _ in range(6):
+        s = observe(s, "turtle", rule)
+    assert (s.klass, s.source) == ("turtle", "memory")  # 6 of 7 votes: still assumed
+    s = observe(s, "turtle", rule)
+    assert (s.klass, s.source) == ("turtle", "samples")
+    s = remembered("turtle")  # measured otherwise: the window flips it, from samples
+    for _ in range(7):
+        s = observe(s, "devil", rule)
+    assert (s.klass, s.source) == ("devil", "samples")
     assert job_class(["turtle", "devil"]) == "devil"
     assert job_class(["turtle", None]) is None and job_class(["turtle"]) == "turtle"
     assert threshold_for("amd-7", 4.5, {"amd": 3.0, "amd-7": 2.0}) == 2.0
