@@ -21,7 +21,14 @@ from clavis.model import Front, WeightsFile
 from clavis.objectives import Weights
 from clavis.service import calibration_api, reports
 from clavis.service import schemas as s
-from clavis.service.auth import AuthError, Role, check_password, token_digest
+from clavis.service.auth import (
+    AuthError,
+    Role,
+    check_password,
+    credential,
+    session_role,
+    token_digest,
+)
 from clavis.service.classify import effective
 from clavis_contracts import MonitorReport
 from clavis_contracts.signing import SIGNATURE
@@ -54,13 +61,19 @@ def require(role: Role) -> Any:
     async def dep(request: Request) -> str:
         auth = request.headers.get("authorization", "")
         if auth.lower().startswith("bearer "):
-            found = _d(request).store.session(token_digest(auth[7:].strip()), time.time())
+            d = _d(request)
+            found = d.store.session(token_digest(auth[7:].strip()), time.time())
             if found is None:
                 raise HTTPException(401, "unauthenticated: unknown or expired session")
-            user, have = found
+            have = session_role(d.config.users, found)
+            if have is None:
+                raise HTTPException(
+                    401, "unauthenticated: session revoked (user removed, or role or "
+                    "password changed); log in again",
+                )  # fmt: skip
             if role == "admin" and have != "admin":
                 raise HTTPException(403, f"forbidden: {role} role required")
-            return user
+            return found.user
         if SIGNATURE.lower() in {k.lower() for k in request.headers}:
             await _signed(request, await request.body())
             return "root"
@@ -126,8 +139,21 @@ def login(request: Request, body: s.LoginIn) -> s.LoginOut:
         raise HTTPException(401, "unauthenticated: wrong user or password")
     token = secrets.token_urlsafe(32)
     expires = time.time() + d.config.security.session_ttl_s
-    d.store.add_session(token_digest(token), user.name, user.role, expires)
+    cred = credential(user.name, user.role, user.password_scrypt)
+    d.store.add_session(token_digest(token), user.name, user.role, expires, cred)
     return s.LoginOut(token=token, role=user.role, expires=expires)
+
+
+@router.post("/logout", status_code=204, responses={401: _ERR})
+def logout(request: Request) -> Response:
+    """End the session whose bearer token this request carries (204); the token is
+    refused from then on."""
+    auth = request.headers.get("authorization", "")
+    if not auth.lower().startswith("bearer ") or not _d(request).store.drop_session(
+        token_digest(auth[7:].strip())
+    ):
+        raise HTTPException(401, "unauthenticated: no such session")
+    return Response(status_code=204)
 
 
 @router.get("/hosts", response_model=list[s.HostOut], responses=_AUTH_ERRORS)

@@ -15,6 +15,7 @@ import os
 import secrets
 import stat
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Literal
 
@@ -28,7 +29,8 @@ from clavis_contracts.signing import (
 )
 
 if TYPE_CHECKING:
-    from clavis.service.store import Store
+    from clavis.service.config import User
+    from clavis.service.store import Session, Store
 
 Role = Literal["admin", "viewer"]
 _SCRYPT_N: Final = 2**14
@@ -92,6 +94,25 @@ def check_password(password: str, stored: str) -> bool:
 def token_digest(token: str) -> str:
     """Sessions are stored by the SHA-256 of their token: a leaked store grants nothing."""
     return hashlib.sha256(token.encode()).hexdigest()
+
+
+def credential(name: str, role: str, password_scrypt: str) -> str:
+    """What a session is granted from: a user's name, role and password hash. A session
+    stores it and is honoured only while the configured user still has the same one, so
+    removing a user, changing their role or their password ends their sessions (at once
+    for a running clavisd's config; across a restart for an edited one)."""
+    text = "\n".join(("clavis-session", name, role, password_scrypt))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def session_role(users: Sequence[User], session: Session) -> Role | None:
+    """The role a stored session still grants under ``users`` (the running config), or
+    None when its user is gone or their role or password changed since it was made."""
+    user = next((u for u in users if u.name == session.user), None)
+    if user is None or session.role != user.role:
+        return None
+    now = credential(user.name, user.role, user.password_scrypt)
+    return user.role if hmac.compare_digest(now, session.credential) else None
 
 
 class AgentAuth:

@@ -31,6 +31,15 @@ class StoreError(Exception):
 
 
 @dataclass(frozen=True)
+class Session:
+    """A stored UI session: who, the role granted, and what it was granted from."""
+
+    user: str
+    role: str
+    credential: str
+
+
+@dataclass(frozen=True)
 class StepRow:
     plan: int
     idx: int
@@ -385,20 +394,29 @@ class Store:
 
     # --- UI sessions ----------------------------------------------------------------------
 
-    def add_session(self, token_sha256: str, user: str, role: str, expires: float) -> None:
+    def add_session(
+        self, token_sha256: str, user: str, role: str, expires: float, credential: str
+    ) -> None:
         with self.engine.begin() as conn:
             conn.execute(delete(t.sessions).where(t.sessions.c.expires < time.time()))
             conn.execute(
                 insert(t.sessions).values(
-                    token_sha256=token_sha256, user=user, role=role, expires=expires
+                    token_sha256=token_sha256, user=user, role=role, expires=expires,
+                    credential=credential,
                 )
-            )
+            )  # fmt: skip
 
-    def session(self, token_sha256: str, now: float) -> tuple[str, str] | None:
+    def session(self, token_sha256: str, now: float) -> Session | None:
         s = t.sessions
-        q = select(s.c.user, s.c.role).where(
+        q = select(s.c.user, s.c.role, s.c.credential).where(
             (s.c.token_sha256 == token_sha256) & (s.c.expires > now)
         )
         with self.engine.connect() as conn:
             r = conn.execute(q).first()
-        return None if r is None else (r[0], r[1])
+        return None if r is None else Session(r[0], r[1], r[2] or "")
+
+    def drop_session(self, token_sha256: str) -> bool:
+        """End one session (logout); False if there was none."""
+        with self.engine.begin() as conn:
+            q = delete(t.sessions).where(t.sessions.c.token_sha256 == token_sha256)
+            return bool(conn.execute(q).rowcount)

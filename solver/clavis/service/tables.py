@@ -205,6 +205,9 @@ sessions = Table(
     Column("user", String(64), nullable=False),
     Column("role", String(8), nullable=False),
     Column("expires", Float, nullable=False),
+    # What the session was granted from (auth.credential); null in stores before migration
+    # 4, so those sessions no longer authenticate.
+    Column("credential", String(64)),
 )  # fmt: skip
 
 V1_TABLES: Final = [t for t in meta.sorted_tables if t is not schema_version]
@@ -235,11 +238,17 @@ def _v3(conn: Connection) -> None:
         conn.execute(text("ALTER TABLE containers ADD COLUMN class_hint VARCHAR(8)"))
 
 
+def _v4(conn: Connection) -> None:
+    if "credential" not in {c["name"] for c in inspect(conn).get_columns("sessions")}:
+        conn.execute(text("ALTER TABLE sessions ADD COLUMN credential VARCHAR(64)"))
+
+
 Migration = tuple[int, str, Callable[[Connection], None]]
 MIGRATIONS: Final[list[Migration]] = [
     (1, "hosts, containers, jobs, samples, classes, power models, fronts, weights, plans", _v1),
     (2, "nonces of signed requests, so replay protection survives a restart", _v2),
     (3, "containers.class_hint: the user's --clavis-class, reported from schema 2 on", _v3),
+    (4, "sessions.credential: a session ends when its user's role or password changes", _v4),
 ]
 
 
