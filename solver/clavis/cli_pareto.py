@@ -15,15 +15,7 @@ from clavis.calibrate import CalibrationError, Outcome, calibrate
 from clavis.documents import InputError, load, load_cluster, load_placement, load_workload
 from clavis.documents import write_json_atomic as write
 from clavis.instance import build_instance
-from clavis.model import (
-    CalibrationOutcome,
-    Front,
-    FrontPoint,
-    FrontSearch,
-    ObjectiveValues,
-    WeightsFile,
-)
-from clavis.objectives import Objectives
+from clavis.model import CalibrationOutcome, Front, ObjectiveValues, WeightsFile
 from clavis.pareto import (
     ALGORITHMS,
     Generation,
@@ -32,10 +24,7 @@ from clavis.pareto import (
     pareto_front,
     seed_placements,
 )
-
-
-def _values(o: Objectives) -> ObjectiveValues:
-    return ObjectiveValues(P=o.P, D=o.D, C=o.C, M=o.M)
+from clavis.pareto_document import front_document
 
 
 class _Bar:
@@ -86,43 +75,24 @@ def cmd_pareto(args: argparse.Namespace) -> int:
     result = pareto_front(
         problem, algo, args.generations, args.seed, _Bar(args.generations, not args.quiet)
     )
-    points = []
-    for k, row in enumerate(result.X):
-        assignment = tuple(int(h) for h in row)
-        raw, norm = problem.objectives(assignment)
-        points.append(
-            FrontPoint(
-                id=k,
-                assignment=inst.placement(assignment).assignment,
-                raw=_values(raw),
-                normalised=_values(norm),
-            )
-        )
-    if not points:
-        print("clavis: no feasible placement found", file=sys.stderr)
-        return 1
-    front = Front(
+    front = front_document(
+        problem,
+        result,
         cluster=cluster,
         workload=workload,
         current=current,
-        search=FrontSearch(
-            algorithm=args.algorithm,
-            population=args.population,
-            generations=result.generations,
-            seed=args.seed,
-            seed_time=args.seed_time,
-            objectives=list(problem.names),
-            evaluations=result.evaluations,
-            hypervolume=result.hypervolume,
-            seconds=round(time.monotonic() - start, 3),
-        ),
-        lower=_values(problem.limits.lo),
-        upper=_values(problem.limits.hi),
-        points=points,
+        algorithm=args.algorithm,
+        population=args.population,
+        seed=args.seed,
+        seed_time=args.seed_time,
+        seconds=time.monotonic() - start,
     )
+    if front is None:
+        print("clavis: no feasible placement found", file=sys.stderr)
+        return 1
     write(out, front.model_dump(mode="json", by_alias=True))
     _print_front(front)
-    print(f"wrote {out}: {len(points)} schedules, hypervolume {result.hypervolume:.5f}")
+    print(f"wrote {out}: {len(front.points)} schedules, hypervolume {result.hypervolume:.5f}")
     return 0
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path, Request
@@ -19,7 +21,7 @@ from pydantic import ValidationError
 from clavis.documents import describe
 from clavis.model import Front, WeightsFile
 from clavis.objectives import Weights
-from clavis.service import calibration_api, reports
+from clavis.service import calibration_api, reports, ui_api, ui_static
 from clavis.service import schemas as s
 from clavis.service.auth import (
     AuthError,
@@ -30,6 +32,7 @@ from clavis.service.auth import (
     token_digest,
 )
 from clavis.service.classify import effective
+from clavis.service.front_runs import FrontRunner
 from clavis_contracts import MonitorReport
 from clavis_contracts.signing import SIGNATURE
 
@@ -262,11 +265,21 @@ async def apply_plan(request: Request, plan_id: PlanId, _: Admin) -> s.PlanOut:
 
 
 def create_app(d: Clavisd) -> FastAPI:
+    runner = FrontRunner(d.store, d.snapshot)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        await asyncio.to_thread(runner.stop)  # a run in progress ends before the store does
+
     app = FastAPI(title="clavisd", version="1", openapi_url=f"{API}/openapi.json",
-                  docs_url=None, redoc_url=None)  # fmt: skip
+                  docs_url=None, redoc_url=None, lifespan=lifespan)  # fmt: skip
     app.state.clavisd = d
+    app.state.front_runner = runner
     app.include_router(router)
     app.include_router(calibration_api.router(require("admin"), require("viewer"), _AUTH_ERRORS))
+    app.include_router(ui_api.router(require("admin"), require("viewer"), _AUTH_ERRORS))
+    ui_static.mount(app, d.config.server.ui_dir)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema:

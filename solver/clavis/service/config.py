@@ -31,6 +31,17 @@ class _Section(BaseModel):
 class ServerConfig(_Section):
     listen: str = Field(default="127.0.0.1", description="Address the API listens on.")
     port: int = Field(default=7780, ge=1, le=65535, description="TCP port of the API.")
+    ui_dir: Path | None = Field(
+        default=None,
+        description="Built admin UI (vismon-ui/dist, docs/ui.md) served at /ui/; unset: none.",
+    )
+
+    @field_validator("ui_dir")
+    @classmethod
+    def _has_index(cls, v: Path | None) -> Path | None:
+        if v is not None and not (v / "index.html").is_file():
+            raise ValueError(f"{v} has no index.html (build it: make -C vismon-ui build)")
+        return v
 
 
 class StoreConfig(_Section):
