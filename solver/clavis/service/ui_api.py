@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import numpy as np
 from fastapi import APIRouter, HTTPException, Path, Request
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import delete, select
+from sqlalchemy import select
 
 from clavis.calibrate import CalibrationError, calibrate
 from clavis.documents import InputError
@@ -264,17 +264,6 @@ def router(admin: Any, viewer: Any, errors: dict[int | str, dict[str, Any]]) -> 
         with d.store.engine.connect() as conn:
             row = conn.execute(q).one()  # the dependency just found it
         return Me(user=user, role=row.role, expires=row.expires)
-
-    @r.post("/logout", status_code=204, responses=errors)
-    def logout(request: Request, _: str = viewer) -> Response:
-        """End this session: its token is refused from now on."""
-        d: Clavisd = request.app.state.clavisd
-        auth = request.headers.get("authorization", "")
-        if auth.lower().startswith("bearer "):
-            digest = token_digest(auth[7:].strip())
-            with d.store.engine.begin() as conn:
-                conn.execute(delete(t.sessions).where(t.sessions.c.token_sha256 == digest))
-        return Response(status_code=204)
 
     return r
 
