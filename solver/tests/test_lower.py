@@ -4,6 +4,7 @@ relaxation says so. The optimum of each objective comes from exhaustive enumerat
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 from typing import Any
 
@@ -157,6 +158,8 @@ def test_power_buys_cores_at_the_cheapest_watts() -> None:
     # Demand 6 cores. Per core of a full host, the 8-core one costs (100 - 10)/8 + 10 W
     # and the 4-core ones (60 - 10)/4 + 10 W: the knapsack buys the 6 cores from the big
     # one, on top of every host's 10 empty watts (the counting bound, 50 + 60, is lower).
+    # Charging each host on its whole switch-on (lower._hosts_on) reaches the optimum:
+    # the 6-core container runs on the big host, which pays 90 W however full it is.
     hosts = [
         host("big", cores=8, idle=100, peak=180, off=10),
         host("s1", cores=4, idle=60, peak=100, off=10),
@@ -165,7 +168,9 @@ def test_power_buys_cores_at_the_cheapest_watts() -> None:
     inst = instance(hosts, [{"name": "j", "containers": [container("a", 6)]}])
     floor = lower.power_floor(inst)
     assert floor <= min(evaluate(inst, a).P for a in feasible_assignments(inst)) + 1e-9
-    assert floor == pytest.approx(30 + 6 * 90 / 8 + 6 * 10)
+    power = lower._Power.of(inst, lower._capacities(inst))
+    assert power.base + power.knapsack == pytest.approx(30 + 6 * 90 / 8 + 6 * 10)
+    assert floor == pytest.approx(30 + 90 + 6 * 10)
 
 
 def test_solve_reports_a_positive_bound_on_realistic_snapshots() -> None:
@@ -229,3 +234,48 @@ def test_power_and_contention_are_bound_jointly_by_hosts_in_use() -> None:
     optimum = min(score(inst, a, w, limits).F for a in feasible_assignments(inst))
     assert apart < optimum - 1e-6
     assert pytest.approx(optimum) == got.F
+
+
+@pytest.mark.parametrize("chunk", range(2))
+def test_power_with_m_hosts_on_is_below_every_placement_using_m_hosts(chunk: int) -> None:
+    # The Lagrangian bound per number of hosts in use (lower._hosts_on), against the least
+    # P of the enumerated placements that use exactly that many hosts.
+    checked = tighter = 0
+    for seed in range(chunk * 40, chunk * 40 + 40):
+        inst = _case(seed)
+        if inst is None:
+            continue
+        try:
+            placements = feasible_assignments(inst, max_leaves=20_000)
+        except TooLargeError:
+            continue
+        if not placements:
+            continue
+        usable = lower._capacities(inst)
+        power = lower._Power.of(inst, usable)
+        least: dict[int, float] = {}
+        for a in placements:
+            m = len(set(a))
+            least[m] = min(least.get(m, math.inf), evaluate(inst, a).P)
+        for m, p in least.items():
+            assert power.base + power.on[m] <= p + 1e-9 * max(1.0, p), (seed, m)
+            old = power.base + max(power.knapsack, power.switch_on[m] + power.per_core)
+            tighter += power.base + power.on[m] > old + 1e-9
+            checked += 1
+        assert lower.power_floor(inst) <= min(least.values()) + 1e-9, seed
+    assert checked > 30
+    assert tighter > 0  # it bites beyond the knapsack and the counting bound
+
+
+def test_every_host_on_pays_its_switch_on_watts() -> None:
+    # Demand 8 cores as four 2-core containers, hosts of 8 cores: idle 100 W, 10 W per
+    # core, off 10 W. With all four hosts on, each runs one container at least: the
+    # knapsack (one full host's worth) misses three switch-ons that this bound charges.
+    jobs = [{"name": "j", "containers": [container(f"c{i}", 2) for i in range(4)]}]
+    hosts = [host(f"h{i}", cores=8, idle=100, peak=180, off=10) for i in range(4)]
+    inst = instance(hosts, jobs)
+    power = lower._Power.of(inst, lower._capacities(inst))
+    four = min(evaluate(inst, a).P for a in feasible_assignments(inst) if len(set(a)) == 4)
+    assert four == pytest.approx(4 * 100 + 8 * 10)
+    assert power.base + power.on[4] == pytest.approx(four)
+    assert power.watts(4) == pytest.approx(four)
