@@ -235,6 +235,28 @@ static int _by_host(const void *a, const void *b)
 		      (*(clavis_advice_node_t *const *)b)->host);
 }
 
+static int _by_rack(const void *a, const void *b)
+{
+	return strcmp((*(clavis_advice_node_t *const *)a)->rack,
+		      (*(clavis_advice_node_t *const *)b)->rack);
+}
+
+/* Pointers to every node, sorted by `cmp`: a group of equal keys is a run.
+ * RET a malloc'd array of adv->n (> 0) pointers, or NULL when out of memory. */
+static clavis_advice_node_t **_sorted(clavis_advice_t *adv,
+				      int (*cmp)(const void *, const void *))
+{
+	clavis_advice_node_t **by;
+	size_t i;
+
+	if (!(by = malloc(adv->n * sizeof(*by))))
+		return NULL;
+	for (i = 0; i < adv->n; i++)
+		by[i] = &adv->nodes[i];
+	qsort(by, adv->n, sizeof(*by), cmp);
+	return by;
+}
+
 /* Set host_has_devil of every node in O(n log n): group the nodes by host. */
 static int _mark_devil_hosts(clavis_advice_t *adv)
 {
@@ -244,11 +266,8 @@ static int _mark_devil_hosts(clavis_advice_t *adv)
 
 	if (!adv->n)
 		return 0;
-	if (!(by_host = malloc(adv->n * sizeof(*by_host))))
+	if (!(by_host = _sorted(adv, _by_host)))
 		return -1;
-	for (i = 0; i < adv->n; i++)
-		by_host[i] = &adv->nodes[i];
-	qsort(by_host, adv->n, sizeof(*by_host), _by_host);
 	for (i = 0; i < adv->n; i = j) {
 		devil = 0;
 		for (j = i; j < adv->n && !strcmp(by_host[j]->host, by_host[i]->host);
@@ -258,6 +277,27 @@ static int _mark_devil_hosts(clavis_advice_t *adv)
 			by_host[k]->host_has_devil = devil;
 	}
 	free(by_host);
+	return 0;
+}
+
+/* Number the racks (rack_id, n_racks) in O(n log n), so that the plugin counts the
+ * nodes per rack in an array, never by comparing rack names per node. */
+static int _number_racks(clavis_advice_t *adv)
+{
+	clavis_advice_node_t **by_rack;
+	size_t i;
+
+	if (!adv->n)
+		return 0;
+	if (!(by_rack = _sorted(adv, _by_rack)))
+		return -1;
+	for (i = 0; i < adv->n; i++) {
+		if (i && strcmp(by_rack[i]->rack, by_rack[i - 1]->rack))
+			adv->n_racks++;
+		by_rack[i]->rack_id = adv->n_racks;
+	}
+	adv->n_racks++;
+	free(by_rack);
 	return 0;
 }
 
@@ -291,8 +331,10 @@ static int _header(const jv_t *doc, clavis_advice_t *out, const char **why)
 		*why = "generated is missing or not an RFC 3339 time with a zone";
 		return -1;
 	}
-	if (!valid || valid->type != JV_NUM || !(valid->num > 0)) {
-		*why = "valid_s is missing or not positive";
+	/* written so that NaN fails too */
+	if (!valid || valid->type != JV_NUM || !(valid->num > 0) ||
+	    !(valid->num <= CLAVIS_ADVICE_MAX_VALID_S)) {
+		*why = "valid_s is missing, not positive or over 3600 s";
 		return -1;
 	}
 	out->valid_s = valid->num;
@@ -363,7 +405,7 @@ int clavis_advice_parse(const char *text, size_t len, clavis_advice_t *out,
 			*why = "a node is listed twice";
 			goto fail;
 		}
-	if (_mark_devil_hosts(out) < 0) {
+	if (_mark_devil_hosts(out) < 0 || _number_racks(out) < 0) {
 		*why = "out of memory";
 		goto fail;
 	}
@@ -397,7 +439,7 @@ int clavis_advice_fresh(const clavis_advice_t *adv, double now)
 {
 	double age = now - adv->generated;
 
-	return age <= adv->valid_s && age >= -adv->valid_s;
+	return age <= adv->valid_s && age >= -CLAVIS_ADVICE_MAX_AHEAD_S;
 }
 
 const clavis_advice_node_t *clavis_advice_find(const clavis_advice_t *adv,

@@ -14,6 +14,13 @@
 #define CLAVIS_ADVICE_MAX_BYTES_DEFAULT (4 << 20) /* ~20000 nodes */
 #define CLAVIS_ADVICE_MAX_NODES 65536
 #define CLAVIS_ADVICE_MAX_APPS 65536
+/* valid_s above this is refused (one hour: clavisd writes every few seconds and its
+ * default is 180 s), and a `generated` more than CLAVIS_ADVICE_MAX_AHEAD_S ahead of
+ * the reader's clock (clock steps between the head node's hosts) is not fresh: so no
+ * file, whatever its `generated`, is taken for more than an hour and a minute. The
+ * contract's bounds (clavis_contracts/advice.py MAX_VALID_S, MAX_AHEAD_S). */
+#define CLAVIS_ADVICE_MAX_VALID_S 3600.0
+#define CLAVIS_ADVICE_MAX_AHEAD_S 60.0
 /* the application key UID ":" NAME (clavis_contracts/application.py): NAME at most
  * this many bytes, UID at most 10 digits; a buffer of CLAVIS_APP_KEY_SIZE holds any */
 #define CLAVIS_APP_NAME_MAX 240
@@ -35,6 +42,7 @@ typedef struct {
 	clavis_contention_t contention;
 	clavis_class_t node_class;
 	int host_has_devil; /* derived: clavis_advice_host_has_devil(host) */
+	size_t rack_id; /* derived: the same number for the same rack, < n_racks */
 } clavis_advice_node_t;
 
 /* clavisd's remembered class of one application (schema v2) */
@@ -49,6 +57,7 @@ typedef struct {
 	double valid_s;
 	size_t n;
 	clavis_advice_node_t *nodes; /* sorted by node name */
+	size_t n_racks; /* distinct racks of the nodes */
 	size_t n_apps;
 	clavis_advice_app_t *apps; /* sorted by key; none in a v1 file */
 } clavis_advice_t;
@@ -59,7 +68,7 @@ int clavis_advice_parse(const char *text, size_t len, clavis_advice_t *out,
 void clavis_advice_free(clavis_advice_t *adv);
 
 /* RET 1 if the advice is not older than its valid_s at `now` (and not from the
- * future by more than valid_s), else 0. */
+ * future by more than CLAVIS_ADVICE_MAX_AHEAD_S), else 0. */
 int clavis_advice_fresh(const clavis_advice_t *adv, double now);
 
 /* The entry of node `name`, or NULL (binary search). */

@@ -13,6 +13,10 @@ typedef struct {
 	const char *why;
 } jp_t;
 
+/* a number's text longer than this is refused: the advice's are short (Python's
+ * repr of a float is at most 24 characters) */
+#define JV_NUM_MAX_LEN 64
+
 static int _value(jp_t *jp, jv_t *out, int depth);
 
 static int _err(jp_t *jp, const char *why)
@@ -129,11 +133,45 @@ static int _escape(jp_t *jp, char *o, size_t *k)
 	return 0;
 }
 
+/* The length of the well-formed UTF-8 sequence at `p` (RFC 3629: no overlong form,
+ * no surrogate, nothing above U+10FFFF), or 0. `avail` bytes are readable. */
+static size_t _utf8_len(const unsigned char *p, size_t avail)
+{
+	size_t len, i;
+	unsigned cp;
+
+	if (p[0] < 0x80)
+		return 1;
+	if (p[0] >= 0xc2 && p[0] <= 0xdf) {
+		len = 2;
+		cp = p[0] & 0x1fu;
+	} else if (p[0] >= 0xe0 && p[0] <= 0xef) {
+		len = 3;
+		cp = p[0] & 0x0fu;
+	} else if (p[0] >= 0xf0 && p[0] <= 0xf4) {
+		len = 4;
+		cp = p[0] & 0x07u;
+	} else {
+		return 0;
+	}
+	if (avail < len)
+		return 0;
+	for (i = 1; i < len; i++) {
+		if ((p[i] & 0xc0) != 0x80)
+			return 0;
+		cp = (cp << 6) | (p[i] & 0x3fu);
+	}
+	if ((len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
+	    (len == 4 && (cp < 0x10000 || cp > 0x10ffff)))
+		return 0;
+	return len;
+}
+
 static int _string(jp_t *jp, char **out)
 {
 	const char *q;
 	char *o;
-	size_t k = 0;
+	size_t k = 0, n;
 
 	jp->p++; /* the opening quote */
 	/* the decoded string is never longer than its source */
@@ -159,8 +197,17 @@ static int _string(jp_t *jp, char **out)
 			}
 			continue;
 		}
-		o[k++] = (char)c;
-		jp->p++;
+		/* Python's json, which the contract is checked with, refuses what
+		 * is not UTF-8: so does this reader */
+		n = _utf8_len((const unsigned char *)jp->p,
+			      (size_t)(jp->end - jp->p));
+		if (!n) {
+			free(o);
+			return _err(jp, "invalid UTF-8 in string");
+		}
+		memcpy(o + k, jp->p, n);
+		k += n;
+		jp->p += n;
 	}
 	jp->p++; /* the closing quote */
 	o[k] = '\0';
@@ -170,18 +217,22 @@ static int _string(jp_t *jp, char **out)
 
 static int _number(jp_t *jp, jv_t *out)
 {
+	char buf[JV_NUM_MAX_LEN + 1], *end;
 	const char *s = jp->p;
-	char *end;
 
 	if (jp->p < jp->end && *jp->p == '-')
 		jp->p++;
 	if (jp->p >= jp->end || *jp->p < '0' || *jp->p > '9')
 		return _err(jp, "bad number");
-	if (*jp->p == '0')
+	if (*jp->p == '0') {
 		jp->p++;
-	else
+		/* RFC 8259: no leading zero */
+		if (jp->p < jp->end && *jp->p >= '0' && *jp->p <= '9')
+			return _err(jp, "bad number");
+	} else {
 		while (jp->p < jp->end && *jp->p >= '0' && *jp->p <= '9')
 			jp->p++;
+	}
 	if (jp->p < jp->end && *jp->p == '.') {
 		jp->p++;
 		if (jp->p >= jp->end || *jp->p < '0' || *jp->p > '9')
@@ -198,11 +249,15 @@ static int _number(jp_t *jp, jv_t *out)
 		while (jp->p < jp->end && *jp->p >= '0' && *jp->p <= '9')
 			jp->p++;
 	}
-	/* the syntax is checked: strtod reads exactly that much (the text of a
-	 * number is never followed by a digit, so it cannot run past it) */
+	/* the syntax is checked; strtod reads a NUL-terminated copy, so it never
+	 * looks past `len` whatever follows the text in memory */
+	if ((size_t)(jp->p - s) >= sizeof(buf))
+		return _err(jp, "number too long");
+	memcpy(buf, s, (size_t)(jp->p - s));
+	buf[jp->p - s] = '\0';
 	errno = 0;
-	out->num = strtod(s, &end);
-	if (end != jp->p || !isfinite(out->num))
+	out->num = strtod(buf, &end);
+	if (*end || !isfinite(out->num))
 		return _err(jp, "bad number");
 	out->type = JV_NUM;
 	return 0;

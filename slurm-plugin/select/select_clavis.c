@@ -45,6 +45,7 @@
 #include "src/slurmctld/slurmctld.h"
 
 #include "clavis_advice.h"
+#include "clavis_narrow.h"
 
 #define SELECT_PLUGIN_CLAVIS 190 /* unique among select plugin ids (>= 100) */
 #define DEFAULT_ADVICE "/run/clavis/advice.json"
@@ -188,109 +189,54 @@ static int _job_is_devil(const clavis_advice_t *adv, job_record_t *job_ptr,
 	return app->app_class == ADV_CLASS_DEVIL;
 }
 
-/* Clear from `bm` the nodes whose host runs a devil by the advice. */
-static void _drop_devil_hosts(const clavis_advice_t *adv, bitstr_t *bm)
+/* The advice entry of every candidate node: one binary search per node, shared by
+ * both narrowed sets. The caller xfree()s entry and in. */
+static void _cands(const clavis_advice_t *adv, bitstr_t *bitmap,
+		   clavis_cands_t *c)
 {
-	const clavis_advice_node_t *a;
+	const clavis_advice_node_t **entry;
+	unsigned char *in;
 	int i;
 
+	c->n = (size_t)node_record_count;
+	entry = xcalloc(c->n + 1, sizeof(*entry));
+	in = xcalloc(c->n + 1, sizeof(*in));
 	for (i = 0; i < node_record_count; i++) {
-		if (!bit_test(bm, i) || !CLAVIS_NODE(i))
+		if (!bit_test(bitmap, i))
 			continue;
-		a = clavis_advice_find(adv, CLAVIS_NODE(i)->name);
-		if (a && a->host_has_devil)
-			bit_clear(bm, i);
+		in[i] = 1;
+		if (CLAVIS_NODE(i))
+			entry[i] = clavis_advice_find(adv, CLAVIS_NODE(i)->name);
 	}
-}
-
-/* Clear from `bm` the nodes the advice cannot vouch for: no entry, or a host whose
- * contention is unknown (a container on it that clavisd cannot class yet, or no
- * recent report from it). */
-static void _drop_unknown_hosts(const clavis_advice_t *adv, bitstr_t *bm)
-{
-	const clavis_advice_node_t *a;
-	int i;
-
-	for (i = 0; i < node_record_count; i++) {
-		if (!bit_test(bm, i) || !CLAVIS_NODE(i))
-			continue;
-		a = clavis_advice_find(adv, CLAVIS_NODE(i)->name);
-		if (!a || a->contention == ADV_UNKNOWN)
-			bit_clear(bm, i);
-	}
-}
-
-/* The advice entry of node index `i` if it is in `bm`, else NULL. */
-static const clavis_advice_node_t *_entry(const clavis_advice_t *adv,
-					  bitstr_t *bm, int i)
-{
-	if (!bit_test(bm, i) || !CLAVIS_NODE(i))
-		return NULL;
-	return clavis_advice_find(adv, CLAVIS_NODE(i)->name);
-}
-
-/* Keep in `bm` only the rack with the most nodes of `bm` (nodes without advice
- * count as no rack and are dropped): one pass to count per rack (racks are few),
- * one to clear. RET 0, -1 if no rack has min_nodes. */
-static int _keep_best_rack(const clavis_advice_t *adv, bitstr_t *bm,
-			   uint32_t min_nodes)
-{
-	const clavis_advice_node_t *a;
-	const char **racks;
-	int *counts;
-	int i, r, nracks = 0, best = -1;
-
-	racks = xcalloc(node_record_count + 1, sizeof(*racks));
-	counts = xcalloc(node_record_count + 1, sizeof(*counts));
-	for (i = 0; i < node_record_count; i++) {
-		if (!(a = _entry(adv, bm, i)))
-			continue;
-		for (r = 0; r < nracks && strcmp(racks[r], a->rack); r++)
-			;
-		if (r == nracks)
-			racks[nracks++] = a->rack;
-		if (++counts[r] > (best < 0 ? 0 : counts[best]))
-			best = r;
-	}
-	if (best < 0 || counts[best] < (int)min_nodes) {
-		xfree(racks);
-		xfree(counts);
-		return -1;
-	}
-	for (i = 0; i < node_record_count; i++) {
-		a = _entry(adv, bm, i);
-		if (bit_test(bm, i) && (!a || strcmp(a->rack, racks[best])))
-			bit_clear(bm, i);
-	}
-	xfree(racks);
-	xfree(counts);
-	return 0;
+	c->entry = entry;
+	c->in = in;
 }
 
 /*
- * `bitmap` narrowed for a job: a devil drops the hosts running a devil (and with
- * `strict` also the hosts the advice cannot vouch for), a multi-node job keeps the
- * best rack. RET the set, or NULL if it is not narrower or too small.
+ * `bitmap` narrowed for a job (clavis_narrow): a devil drops the hosts running a
+ * devil (and with `strict` also the hosts the advice cannot vouch for), a multi-node
+ * job keeps the best rack. RET the set, or NULL if it is not narrower or too small.
  */
-static bitstr_t *_narrowed(const clavis_advice_t *adv, bitstr_t *bitmap,
-			   uint32_t min_nodes, int devil, int strict)
+static bitstr_t *_narrowed(const clavis_advice_t *adv, const clavis_cands_t *c,
+			   bitstr_t *bitmap, uint32_t min_nodes, int devil,
+			   int strict)
 {
-	bitstr_t *bm = bit_copy(bitmap);
-	int narrowed = 0;
+	unsigned char *out = xcalloc(c->n + 1, sizeof(*out));
+	bitstr_t *bm = NULL;
+	size_t i;
+	int rc;
 
-	if (devil) {
-		_drop_devil_hosts(adv, bm);
-		if (strict)
-			_drop_unknown_hosts(adv, bm);
-		narrowed = 1;
+	rc = clavis_narrow(adv, c, min_nodes, devil, strict, out);
+	if (rc < 0)
+		error("%s: out of memory narrowing the candidates: placing as cons_tres",
+		      plugin_type);
+	if (rc == 1) {
+		bm = bit_copy(bitmap);
+		for (i = 0; i < c->n; i++)
+			if (c->in[i] && !out[i])
+				bit_clear(bm, (bitoff_t)i);
 	}
-	if (min_nodes >= 2 && !_keep_best_rack(adv, bm, min_nodes))
-		narrowed = 1;
-	if (!narrowed || bit_set_count(bm) < (int)min_nodes ||
-	    bit_equal(bm, bitmap)) {
-		FREE_NULL_BITMAP(bm);
-		return NULL;
-	}
+	xfree(out);
 	return bm;
 }
 
@@ -305,6 +251,7 @@ static void _advised(job_record_t *job_ptr, bitstr_t *bitmap,
 {
 	clavis_class_t hint = _job_hint(job_ptr);
 	const clavis_advice_t *adv;
+	clavis_cands_t c;
 	int devil;
 
 	sets[0] = sets[1] = NULL;
@@ -317,12 +264,14 @@ static void _advised(job_record_t *job_ptr, bitstr_t *bitmap,
 	devil = _job_is_devil(adv, job_ptr, hint);
 	if (!devil && min_nodes < 2)
 		return;
-	sets[1] = _narrowed(adv, bitmap, min_nodes, devil, 0);
-	if (!devil)
-		return;
-	sets[0] = _narrowed(adv, bitmap, min_nodes, devil, 1);
+	_cands(adv, bitmap, &c);
+	sets[1] = _narrowed(adv, &c, bitmap, min_nodes, devil, 0);
+	if (devil)
+		sets[0] = _narrowed(adv, &c, bitmap, min_nodes, devil, 1);
 	if (sets[0] && sets[1] && bit_equal(sets[0], sets[1]))
 		FREE_NULL_BITMAP(sets[0]);
+	xfree(c.entry);
+	xfree(c.in);
 }
 
 /* Required plugin symbols */

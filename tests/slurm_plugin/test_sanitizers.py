@@ -1,11 +1,16 @@
 """The pure C helpers of both plugins, built with AddressSanitizer and
 UndefinedBehaviorSanitizer into a private build directory, fed the same garbage as the
-plain tests: no out-of-bounds access, leak or undefined behaviour."""
+plain tests, a corpus of hostile advice files and seeded random mutants of valid ones:
+no out-of-bounds access, leak or undefined behaviour, and every file answered in
+bounded time (the advice reader's part of issue 15)."""
 
 from __future__ import annotations
 
+import json
 import os
+import random
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -20,7 +25,8 @@ def san_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
     build = tmp_path_factory.mktemp("san-build")
     cp = subprocess.run(
         ["make", "-C", str(REPO / "slurm-plugin"), f"BUILD={build}", f"CFLAGS={SAN_FLAGS}",
-         f"{build}/clavis_advice_test", f"{build}/clavis_msg_test"],
+         f"{build}/clavis_advice_test", f"{build}/clavis_msg_test",
+         f"{build}/clavis_narrow_test"],
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert cp.returncode == 0, cp.stdout + cp.stderr
@@ -88,3 +94,128 @@ def test_request_builder_on_garbage(san_build: Path, tmp_path: Path) -> None:
     ):
         cp = run(drv, *args)
         assert cp.returncode in (0, 3), (args[:3], cp.stderr[-3000:])
+
+
+GEN = "2026-11-22T19:45:05Z"
+NOW = "1795376710"  # 5 s after GEN
+
+
+def advice_doc(n: int, **changes: object) -> dict[str, object]:
+    # two nodes per host, one rack per node; hosts in turn: a devil's, devil-free,
+    # unknown, contended
+    kinds = (("ok", "devil"), ("devil-free", "turtle"), ("unknown", "unknown"),
+             ("contended", "unknown"))  # fmt: skip
+    nodes = [
+        {"node": f"n{i:05d}", "host": f"h{i // 2:05d}", "rack": f"r{i:05d}",
+         "contention": kinds[i // 2 % 4][0], "node_class": kinds[i // 2 % 4][1]}
+        for i in range(n)
+    ]  # fmt: skip
+    doc: dict[str, object] = {
+        "schema_version": 2, "kind": "clavis.advice", "generated": GEN, "valid_s": 180,
+        "nodes": nodes, "apps": [{"app": "1000:job", "app_class": "devil", "jobs_seen": 3}],
+    }  # fmt: skip
+    doc.update(changes)
+    return doc
+
+
+def hostile_corpus() -> dict[str, bytes]:
+    """Advice files a broken or hostile writer could leave: each is refused or read,
+    never a crash."""
+    good = json.dumps(advice_doc(40)).encode()
+    node = json.dumps(advice_doc(1)["nodes"]).encode()[1:-1]  # type: ignore[index]
+    corpus: dict[str, bytes] = {f"truncated-{k}": good[:k] for k in range(0, len(good), 97)}
+    corpus |= {
+        "empty-nodes-v2": json.dumps(advice_doc(0, apps=[])).encode(),
+        "empty-nodes-v2-apps": json.dumps(advice_doc(0)).encode(),
+        "empty-nodes-v1": json.dumps(advice_doc(0, schema_version=1, apps=None))
+        .replace(', "apps": null', "")
+        .encode(),
+        "nested-16": b'{"nodes":' + b"[" * 15 + b"]" * 15 + b"}",
+        "nested-deep": b"[" * 1_000_000,
+        "nested-objects": b'{"a":' * 100_000,
+        "huge-string": b'{"kind":"' + b"x" * (3 << 20) + b'"}',
+        "huge-number": b'{"valid_s":' + b"9" * (3 << 20) + b"}",
+        "huge-list": b'{"nodes":[' + b",".join([node] * 65_537) + b"]}",
+        "many-keys": b"{" + b",".join(b'"k%d":0' % i for i in range(200_000)) + b"}",
+        "duplicate-nodes": json.dumps(advice_doc(3)).replace('"n00001"', '"n00000"').encode(),
+        "duplicate-key": good.replace(b'"valid_s": 180', b'"valid_s": 180, "valid_s": 1'),
+        "nan": good.replace(b"180", b"NaN"),
+        "infinity": good.replace(b"180", b"Infinity"),
+        "overflow": good.replace(b"180", b"1e999"),
+        "valid-s-huge": good.replace(b"180", b"1e308"),
+        "far-future": good.replace(GEN.encode(), b"9999-12-31T23:59:59Z"),
+        "negative-zero": good.replace(b"180", b"-0"),
+        "wrong-types": json.dumps(advice_doc(2, nodes={"n": 1}, apps="x")).encode(),
+        "wrong-node-types": json.dumps(advice_doc(1, nodes=[[1], None, 3.5])).encode(),
+        "non-utf8-name": good.replace(b"n00003", b"n\xff\xfe03"),
+        "non-utf8-app": good.replace(b"1000:job", b"1000:j\xc0\xafb"),
+        "surrogate-raw": good.replace(b"1000:job", b"1000:\xed\xa0\x80"),
+        "nul-bytes": good.replace(b"n00004", b"n\x0000004"),
+        "random": bytes(random.Random(15).randbytes(1 << 20)),
+    }
+    return corpus
+
+
+def test_hostile_advice_corpus(san_build: Path, tmp_path: Path) -> None:
+    drv = san_build / "clavis_advice_test"
+    f = tmp_path / "advice.json"
+    outcomes = {}
+    for name, data in hostile_corpus().items():
+        f.write_bytes(data)
+        for args in (("parse", str(f), NOW), ("load", str(f), NOW, str(4 << 20), "3")):
+            t0 = time.monotonic()
+            cp = run(drv, *args)
+            assert cp.returncode == 0, (name, cp.stderr[-3000:])
+            # bounded: a 4 MiB file once, under both sanitizers, on a shared machine
+            assert time.monotonic() - t0 < 20, name
+        outcomes[name] = cp.stdout
+    # what must be read is read, and what must be refused is refused
+    assert outcomes["empty-nodes-v2"] == "advice 0 nodes (read 1 times)\n"
+    assert outcomes["empty-nodes-v1"] == "advice 0 nodes (read 1 times)\n"
+    assert outcomes["far-future"].startswith("none: stale")
+    assert outcomes["valid-s-huge"].startswith("none: valid_s")
+    for name in ("huge-list", "duplicate-nodes", "duplicate-key", "nan", "non-utf8-app"):
+        assert outcomes[name].startswith("none: "), (name, outcomes[name])
+
+
+def test_empty_nodes_never_reach_qsort(san_build: Path, tmp_path: Path) -> None:
+    """An empty node list (or applications list) is read as nothing to say: never a
+    NULL base to qsort/bsearch (UBSan's nonnull-attribute), never a rack to count."""
+    f, nodes = tmp_path / "advice.json", tmp_path / "nodes"
+    nodes.write_text("n1\nn2\n!n3\n")
+    for doc in (advice_doc(0), advice_doc(0, apps=[])):
+        f.write_text(json.dumps(doc))
+        cp = run(san_build / "clavis_advice_test", "parse", str(f), NOW)
+        assert cp.returncode == 0 and cp.stdout.startswith("fresh 0\n"), cp.stderr[-3000:]
+        for devil, strict in ((1, 1), (1, 0), (0, 0)):
+            cp = run(san_build / "clavis_narrow_test", "narrow", str(f), NOW, str(nodes),
+                     "2", str(devil), str(strict))  # fmt: skip
+            assert cp.returncode == 0, cp.stderr[-3000:]
+            assert cp.stdout == "nothing: not narrower\n"
+
+
+def test_seeded_mutants(san_build: Path, tmp_path: Path) -> None:
+    """Random edits (bytes, truncation, deleted and duplicated runs, hostile tokens such
+    as NaN, 1e999, deep brackets, invalid UTF-8) of valid advice, parsed from buffers of
+    exactly their size so that any read past the end is caught."""
+    f = tmp_path / "advice.json"
+    for n, cases in ((6, 20_000), (2_000, 300)):
+        f.write_text(json.dumps(advice_doc(n)))
+        cp = run(san_build / "clavis_advice_test", "fuzz", str(f), str(cases), str(n))
+        assert cp.returncode == 0, cp.stderr[-3000:]
+        words = cp.stdout.split()
+        assert words[:2] == ["fuzz", str(cases)], cp.stdout
+        assert int(words[3]) + int(words[5]) == cases
+        assert int(words[7]) < 5_000_000, cp.stdout  # no case near pathological
+
+
+def test_job_test_on_hostile_advice(san_build: Path, tmp_path: Path) -> None:
+    """The plugin's own work in a job test at 20,000 nodes, one rack per node, under
+    both sanitizers: clean, and the candidates it keeps are the right ones."""
+    f, nodes = tmp_path / "advice.json", tmp_path / "nodes"
+    f.write_text(json.dumps(advice_doc(20_000)))
+    nodes.write_text("".join(f"n{i:05d}\n" for i in range(20_000)))
+    cp = run(san_build / "clavis_narrow_test", "time", str(f), NOW, str(nodes), "2", "1", "5")
+    assert cp.returncode == 0, cp.stderr[-3000:]
+    # no rack holds 2 nodes; the devil-free hosts are a quarter of the nodes
+    assert cp.stdout.split()[-2:] == ["kept", "5000"], cp.stdout

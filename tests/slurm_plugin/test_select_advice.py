@@ -116,10 +116,31 @@ def test_staleness(tmp_path: Path) -> None:
     f.write_text(contract_advice())
     assert drive("parse", str(f), str(NOW + 180)).startswith("fresh")
     assert drive("parse", str(f), str(NOW + 181)).startswith("stale")
-    assert drive("parse", str(f), str(NOW - 181)).startswith("stale")  # from the future
+    assert drive("parse", str(f), str(NOW - 60)).startswith("fresh")  # clocks a bit apart
+    assert drive("parse", str(f), str(NOW - 61)).startswith("stale")  # from the future
     assert drive("load", str(f), str(NOW + 181), "100000") == (
         "none: stale (older than its valid_s) (read 1 times)\n"
     )
+
+
+def test_valid_s_is_bounded(tmp_path: Path) -> None:
+    """No file stays fresh for ever: a valid_s over an hour (the contract's bound) is
+    refused, and a `generated` over a minute ahead is stale (a far-future one at once)."""
+    f = tmp_path / "advice.json"
+    doc = {**GOOD, "valid_s": 3600}
+    f.write_text(json.dumps(doc))
+    assert drive("parse", str(f), str(NOW + 3600)).startswith("fresh")
+    assert drive("parse", str(f), str(NOW + 3601)).startswith("stale")
+    for valid_s in (3600.001, 1e308, 86400 * 365 * 1000):
+        f.write_text(json.dumps({**doc, "valid_s": valid_s}))
+        assert drive("parse", str(f), str(NOW)) == (
+            "refused: valid_s is missing, not positive or over 3600 s\n"
+        )
+    far = {**doc, "generated": "9999-12-31T23:59:59Z"}
+    f.write_text(json.dumps(far))
+    assert drive("parse", str(f), str(NOW)).startswith("stale")
+    f.write_text(json.dumps({**far, "valid_s": 1e300}))
+    assert drive("load", str(f), str(NOW), "100000").startswith("none: valid_s")
 
 
 def test_rfc3339() -> None:
@@ -196,6 +217,12 @@ def node(**changes: object) -> bytes:
         (b'{"valid_s":1e999}', "bad number"),
         (b'{"valid_s":01}', "bad number"),
         (b'{"valid_s":-}', "bad number"),
+        (app(app="1000:\u00e9").replace(b"\\u00e9", b"\xff"), "invalid UTF-8"),
+        (app(app="1000:\u00e9").replace(b"\\u00e9", b"\xc3\xa9"[:1]), "invalid UTF-8"),
+        (app(app="1000:x").replace(b"1000:x", b"1000:\xc0\xaf"), "invalid UTF-8"),  # overlong
+        (app(app="1000:x").replace(b"1000:x", b"1000:\xed\xa0\x80"), "invalid UTF-8"),
+        (app(app="1000:x").replace(b"1000:x", b"1000:\xf4\x90\x80\x80"), "invalid UTF-8"),
+        (b'{"valid_s":' + b"1" * 65 + b"}", "number too long"),
         (b'{"kind":"a\x01"}', "control character"),
         (b'{"kind":"\\u0000"}', "NUL in string"),
         (b'{"kind":"\\ud800"}', "lone surrogate"),
@@ -336,3 +363,15 @@ def test_cost_at_20000_nodes(tmp_path: Path) -> None:
     assert out == "advice 20000 nodes (read 1 times)\n"
     assert once < 1.0, once
     assert time.monotonic() - t0 - once < 0.5
+
+
+def test_utf8_read_as_python_reads_it(tmp_path: Path) -> None:
+    """Raw UTF-8 (as a writer without ensure_ascii puts it) is read like its escape."""
+    f = tmp_path / "advice.json"
+    for raw in (b"\xc3\xa9", b"\xe2\x82\xac", b"\xf0\x9f\x98\x80"):
+        name = raw.decode()
+        doc = json.dumps({**GOOD, "apps": [{**GOOD["apps"][0], "app": f"1000:{name}"}]},
+                         ensure_ascii=False).encode()  # fmt: skip
+        f.write_bytes(doc)
+        out = drive("parse", str(f), str(NOW))
+        assert f"1000:{name} " in out, out
