@@ -135,7 +135,7 @@ def test_migration_3_adds_the_hint_column_to_an_older_store(tmp_path: Path) -> N
                                                           applied=1.0))  # fmt: skip
     engine.dispose()
     store = Store(url)
-    assert store.applied == [3]
+    assert store.applied == [v for v, _, _ in t.MIGRATIONS[2:]]  # 3 and any later
     (c,) = store.containers()
     assert (c["klass"], c["class_hint"]) == ("devil", None)
     store.close()
