@@ -17,6 +17,7 @@ from clavis.placement.baselines import corerr
 from clavis.placement.cpsat import build_model, canonical, decode
 from clavis.placement.exact import TooLargeError, feasible_assignments
 from clavis.placement.symmetry import container_groups, host_types
+from clavis.realistic import stencil_edges
 from clavis.synthetic import enumerable_instance, small_instance, table53_instance
 
 OPTS = SolveOptions(time_limit=20, seed=1, workers=2)
@@ -235,6 +236,23 @@ def test_fathom_packs_the_cheapest_racks_first() -> None:
     assert {inst.hosts[h].name for h in packed} == {"c0"}
     # The evaluator agrees it is the cheaper schedule: r1 first would power two hosts.
     assert evaluate(inst, packed).P < evaluate(inst, corerr(inst)).P
+
+
+def test_fathom_packs_a_stencil_in_blocks_not_rows() -> None:
+    # A 4 x 4 five-point stencil of one-core turtles listed row by row, on four 4-core
+    # hosts: packed in listed order each host holds a row and all 12 vertical flows cross
+    # hosts; in region-growing order (locality.py) each holds a 2 x 2 block and 8 cross,
+    # the least any split into four hosts cuts.
+    names = [f"s{i}" for i in range(16)]
+    flows = [{"src": names[a], "dst": names[b], "bytes_per_s": 1.0} for a, b in stencil_edges(16)]
+    job = {"name": "S", "containers": [container(n, 1) for n in names], "traffic": flows}
+    inst = instance([host(f"h{i}", cores=4, domains=1) for i in range(4)], [job])
+    assert pytest.approx(2 * 12 * 1.0) == evaluate(inst, corerr(inst)).C
+    packed = next(fathom.candidates(inst))
+    assert violations(inst, packed) == []
+    assert pytest.approx(2 * 8 * 1.0) == evaluate(inst, packed).C  # both ways, same rack
+    hosts_of = [packed[k] for k in (0, 1, 4, 5)]
+    assert len(set(hosts_of)) == 1  # the top-left block shares a host
 
 
 @pytest.mark.parametrize("seed", range(8))

@@ -16,6 +16,7 @@ from collections import defaultdict, deque
 from collections.abc import Iterator
 
 from clavis.instance import Assignment, HostSpec, Instance
+from clavis.placement import locality
 from clavis.placement.guard import Guard
 
 
@@ -46,13 +47,26 @@ def _order(inst: Instance) -> list[int]:
     return sorted(up, key=key)
 
 
-def isolating(inst: Instance, isolate: frozenset[int]) -> Assignment | None:
-    """Devil containers of the ``isolate`` jobs alone among turtles; the rest packed."""
+def isolating(
+    inst: Instance, isolate: frozenset[int], near: list[int] | None = None
+) -> Assignment | None:
+    """Devil containers of the ``isolate`` jobs alone among turtles; the rest packed.
+    ``near``: locality.order for the hosts' order (computed here if not given)."""
     hosts = _order(inst)
     free = {h: inst.hosts[h].cores for h in hosts}
     out = [-1] * len(inst.containers)
-    turtles = deque(i for i, c in enumerate(inst.containers) if not c.devil)
-    lonely = [i for i, c in enumerate(inst.containers) if c.devil and c.job in isolate]
+    # Each job's containers in region-growing order (locality.py): a host then holds a
+    # compact block of a stencil, not a strip.
+    if near is None:
+        near = nearness(inst, hosts)
+
+    def by_job(i: int) -> tuple[int, int]:
+        return (inst.containers[i].job, near[i])
+
+    turtles = deque(sorted((i for i, c in enumerate(inst.containers) if not c.devil), key=by_job))
+    lonely = sorted(
+        (i for i, c in enumerate(inst.containers) if c.devil and c.job in isolate), key=by_job
+    )
     k = 0
     for d in lonely:
         need = inst.containers[d].cores
@@ -80,7 +94,7 @@ def isolating(inst: Instance, isolate: frozenset[int]) -> Assignment | None:
     # the host contended and the isolated job lag after all (the straggler rule).
     calm = {out[d] for d in lonely}
     rest = [i for i, h in enumerate(out) if h == -1]
-    rest.sort(key=lambda i: (inst.containers[i].job, i))
+    rest.sort(key=by_job)
     lines = {"all": hosts, "crowd": [h for h in hosts if h not in calm]}
     # First fit in amortised linear time: free cores only go down, so a host too full for
     # a container of some size stays too full for it (one pointer per line and size).
@@ -102,6 +116,11 @@ def isolating(inst: Instance, isolate: frozenset[int]) -> Assignment | None:
         out[i] = spot
         free[spot] -= need
     return tuple(out)
+
+
+def nearness(inst: Instance, hosts: list[int]) -> list[int]:
+    """locality.order with regions the size of the first host to be filled."""
+    return locality.order(inst, inst.hosts[hosts[0]].cores if hosts else 1)
 
 
 def sweep_order(n: int) -> list[int]:
@@ -142,6 +161,7 @@ def candidates(inst: Instance, guard: Guard | None = None) -> Iterator[Assignmen
         sorted(devil_cores, key=lambda j: (-devil_cores[j] / devils[j], devils[j], j)),
     ]
     tried: set[frozenset[int]] = set()
+    near = nearness(inst, _order(inst))
     for n in sweep_order(len(devil_cores)):
         for ranked in rankings:
             chosen = frozenset(ranked[:n])
@@ -150,6 +170,6 @@ def candidates(inst: Instance, guard: Guard | None = None) -> Iterator[Assignmen
             tried.add(chosen)
             if guard is not None and guard.expired:
                 return
-            a = isolating(inst, chosen)
+            a = isolating(inst, chosen, near)
             if a is not None:
                 yield a
