@@ -33,7 +33,7 @@ class Agent:
         self.machine = Machine(
             cfg.host, store=self.store, backend=backend, peer=peer, outgoing=state / "outgoing",
             chunk_bytes=cfg.chunk_bytes, transfer_attempts=cfg.transfer_attempts,
-            network_hook=cfg.network_hook,
+            network_hook=cfg.network_hook, precopy_rounds=cfg.precopy_rounds,
         )  # fmt: skip
         self.incoming = Incoming(
             cfg.host, state / "incoming", backend, (cfg.host_cores(), cfg.host_memory()),

@@ -1,6 +1,7 @@
 """What a migration backend does on one host; the step machine (steps.py) drives it.
 
-A step calls, on the source: ``running`` and ``checkpoint`` (the container stops, its
+A step calls, on the source: ``running``, ``precheckpoint`` per pre-copy round (if
+configured), and ``checkpoint`` (the container stops, its
 images are in a directory), then, on the target (through its agent): ``restore`` and
 ``verify``; on success ``commit`` on both hosts, on any failure before that ``kill`` on the
 target and ``restore`` from the source's own images on the source (the rollback).
@@ -40,6 +41,14 @@ class Backend(Protocol):
 
         On failure the container should still run (CRIU resumes the tasks); the caller
         checks ``running`` and restores from ``images`` if it does not.
+        """
+        ...
+
+    def precheckpoint(self, name: str, images: Path) -> None:
+        """Dump ``name`` into the empty directory ``images`` and leave it running.
+
+        A pre-copy round (precopy.py): the container pauses while it is dumped, then runs
+        on. Raises BackendError if the dump fails; the caller checks ``running``.
         """
         ...
 

@@ -57,6 +57,9 @@ class Config:
     # the image files go to the target in chunks of this size, each signed and checked
     chunk_bytes: int = 8 * 2**20
     transfer_attempts: int = 3
+    # iterative pre-copy (precopy.py): at most this many rounds of dumps taken while the
+    # container runs, shipped before the final dump; 0: none (one stop-and-copy dump)
+    precopy_rounds: int = 0
     backend: str = "lxc"
     # argv of the site's network hook (hooks.py), run after a restore here; empty: none
     network_hook: tuple[str, ...] = ()
@@ -130,6 +133,8 @@ def _check(cfg: Config, problems: list[str]) -> None:
         problems.append("chunk_bytes: must be within 4096..268435456")
     if not 1 <= cfg.transfer_attempts <= 10:
         problems.append("transfer_attempts: must be within 1..10")
+    if not 0 <= cfg.precopy_rounds <= 10:
+        problems.append("precopy_rounds: must be within 0..10 (0: no pre-copy)")
     if cfg.backend not in BACKENDS:
         problems.append(f"backend: one of {', '.join(BACKENDS)}, got {cfg.backend!r}")
     if cfg.network_hook and not cfg.network_hook[0].startswith("/"):

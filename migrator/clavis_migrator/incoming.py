@@ -5,6 +5,11 @@ chunk whose offset is not the file's current size is refused, and ``prepare`` em
 directory, so a transfer that was interrupted is restarted from nothing by the source and
 never mixes two attempts. ``finish`` re-reads every file from disk against the source's
 manifest (size and SHA-256) and refuses extra or missing files before a restore may run.
+
+Pre-copy (precopy.py) sends its rounds under ``pre/K/``; ``seed`` makes a file from the
+same file of an earlier round (a rename and a truncation), and a ``patch`` chunk then
+overwrites changed blocks inside it. ``finish`` ignores ``pre/`` (the manifest covers the
+final dump only) and deletes it.
 """
 
 from __future__ import annotations
@@ -14,13 +19,16 @@ import json
 import shutil
 import threading
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, Final
 
 from clavis_contracts import MigrationStep
 from clavis_migrator.backend import Backend, BackendError
 from clavis_migrator.hooks import run_hook
 from clavis_migrator.pause import pause_point
 from clavis_migrator.store import write_atomic
+
+# where pre-copy rounds arrive, under a step's images (never a CRIU image name)
+PRECOPY_DIR: Final = "pre"
 
 
 class RefusedError(Exception):
@@ -123,26 +131,53 @@ class Incoming:
             write_atomic(d / "step.json", step.model_dump_json().encode())
         return {"host": self.host}
 
-    def put(self, step_id: str, rel: str, offset: int, chunk: bytes) -> None:
+    def put(self, step_id: str, rel: str, offset: int, chunk: bytes, patch: bool = False) -> None:
         self._step(step_id)
         path = self.images(step_id) / safe_relpath(rel)
         path.parent.mkdir(parents=True, exist_ok=True)
         size = path.stat().st_size if path.exists() else 0
         if offset == 0 and not any(self.images(step_id).iterdir()):
             pause_point("target-receiving")
-        if offset != size:
+        if patch:
+            # overwrite inside a file seeded from an earlier round: never grow it
+            if offset < 0 or offset + len(chunk) > size:
+                raise RefusedError(
+                    f"{rel}: patch of {len(chunk)} bytes at {offset} outside its {size} bytes"
+                )
+        elif offset != size:
             raise RefusedError(f"{rel}: chunk at offset {offset}, file has {size} bytes")
         try:
-            with open(path, "ab") as f:
+            with open(path, "r+b" if patch else "ab") as f:
+                if patch:
+                    f.seek(offset)
                 f.write(chunk)
         except OSError as exc:
             # leave no partial chunk: the source's retry restarts the whole transfer
             raise RefusedError(f"cannot write {rel} on {self.host}: {exc.strerror}") from exc
 
+    def seed(self, step_id: str, rel: str, base: str, size: int) -> None:
+        """Make ``rel`` from the earlier round's ``base`` (moved, then cut to ``size``)."""
+        self._step(step_id)
+        root = self.images(step_id)
+        src, dst = root / safe_relpath(base), root / safe_relpath(rel)
+        if not base.startswith(PRECOPY_DIR + "/") or not src.is_file():
+            raise RefusedError(f"seed of {rel}: no earlier round's file {base}")
+        if size < 0:
+            raise RefusedError(f"seed of {rel}: size {size}")
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        src.replace(dst)
+        try:
+            with open(dst, "r+b") as f:
+                f.truncate(size)
+        except OSError as exc:
+            raise RefusedError(f"cannot size {rel} on {self.host}: {exc.strerror}") from exc
+
     def finish(self, step_id: str, manifest: list[dict[str, Any]]) -> None:
         self._step(step_id)
         root = self.images(step_id)
         want = {str(safe_relpath(str(m["path"]))): m for m in manifest}
+        # earlier pre-copy rounds are not part of the final images
+        shutil.rmtree(root / PRECOPY_DIR, ignore_errors=True)
         have = {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
         if have != set(want):
             raise RefusedError(

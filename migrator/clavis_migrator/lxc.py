@@ -190,6 +190,14 @@ class LxcBackend:
         return self.logs / f"{what}-{name}-{int(time.time())}.log"
 
     def checkpoint(self, name: str, images: Path) -> None:
+        self._dump(name, images, stop=True)
+
+    def precheckpoint(self, name: str, images: Path) -> None:
+        # lxc-checkpoint without -s runs criu dump --leave-running (precopy.py says why
+        # not criu pre-dump)
+        self._dump(name, images, stop=False)
+
+    def _dump(self, name: str, images: Path, stop: bool) -> None:
         pid = self._init_pid(name)
         if pid is None:
             raise BackendError(f"{name} does not run here")
@@ -198,18 +206,20 @@ class LxcBackend:
         (images / TREE_FILE).write_text(
             json.dumps({"processes": len(before), "long_lived": long_lived})
         )
-        log = self._log("dump", name)
+        log = self._log("dump" if stop else "predump", name)
+        flags = ["-s"] if stop else []
         with open(log, "wb") as out:
             try:
                 cp = subprocess.run(
-                    self._lxc("lxc-checkpoint", name, "-s", "-v", "-D", str(images)),
+                    self._lxc("lxc-checkpoint", name, *flags, "-v", "-D", str(images)),
                     stdin=subprocess.DEVNULL, stdout=out, stderr=out,
                     env=self._env(self.dump_conf), timeout=self.cfg.timeout_s, check=False,
                 )  # fmt: skip
             except (OSError, subprocess.TimeoutExpired) as exc:
-                raise BackendError(f"lxc-checkpoint -s {name}: {exc}; see {log}") from exc
+                raise BackendError(f"lxc-checkpoint {name}: {exc}; see {log}") from exc
         if cp.returncode != 0:
-            raise BackendError(f"lxc-checkpoint -s {name} exited {cp.returncode}; see {log}")
+            what = "-s " if stop else "(leave running) "
+            raise BackendError(f"lxc-checkpoint {what}{name} exited {cp.returncode}; see {log}")
 
     def restore(self, name: str, images: Path) -> None:
         if not (images / "inventory.img").is_file():

@@ -107,9 +107,15 @@ class PeerClient:
             "POST", self._path(step.step_id, "prepare"), step.model_dump_json().encode()
         )
 
-    def put(self, step_id: str, rel: str, offset: int, chunk: bytes) -> None:
+    def put(self, step_id: str, rel: str, offset: int, chunk: bytes, patch: bool = False) -> None:
         q = urllib.parse.quote(rel, safe="/")
-        self._call("PUT", self._path(step_id, f"files/{q}?offset={offset}"), chunk)
+        extra = "&patch=1" if patch else ""
+        self._call("PUT", self._path(step_id, f"files/{q}?offset={offset}{extra}"), chunk)
+
+    def seed(self, step_id: str, rel: str, base: str, size: int) -> None:
+        """Pre-copy: the target makes ``rel`` from its copy of ``base`` (precopy.py)."""
+        body = json.dumps({"path": rel, "base": base, "size": size}).encode()
+        self._call("POST", self._path(step_id, "seed"), body)
 
     def finish(self, step_id: str, manifest: list[dict[str, Any]]) -> None:
         self._call("POST", self._path(step_id, "finish"), json.dumps(manifest).encode())

@@ -2,10 +2,11 @@
 
 clavisd's contract: ``POST /api/v1/steps`` (a MigrationStep) and ``GET /api/v1/steps/{id}``,
 both answering a StepStatus (200; a refused step is a ``failed`` status with the reason).
-Agent to agent: ``/api/v1/peer/steps/{id}/prepare|files/PATH?offset=N|finish|restore|
-commit|abort`` (incoming.py). Every request must be signed (clavis_contracts.signing):
-401 otherwise; every answer is signed back (peer.py). Malformed input: 422; unknown step:
-404; a peer refusal: 409 with ``{"error": reason}``.
+Agent to agent: ``/api/v1/peer/steps/{id}/prepare|files/PATH?offset=N[&patch=1]|seed|
+finish|restore|commit|abort`` (incoming.py; ``seed`` and ``patch`` are pre-copy's).
+Every request must be signed (clavis_contracts.signing): 401 otherwise; every answer is
+signed back (peer.py). Malformed input: 422; unknown step: 404; a peer refusal: 409 with
+``{"error": reason}``.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ STEP_RE = re.compile(r"^/api/v1/steps/([0-9]+:[0-9]+)$")
 PEER_RE = re.compile(
     r"^"
     + re.escape(PEER_PREFIX)
-    + r"([0-9]+:[0-9]+)/(prepare|finish|restore|commit|abort|files/(.+))$"
+    + r"([0-9]+:[0-9]+)/(prepare|seed|finish|restore|commit|abort|files/(.+))$"
 )
 
 
@@ -157,7 +158,8 @@ class Handler(BaseHTTPRequestHandler):
         if rel is not None and self.command == "PUT":
             q = urllib.parse.parse_qs(query)
             offset = int(q["offset"][0])
-            inc.put(step_id, urllib.parse.unquote(rel), offset, body)
+            patch = q.get("patch", ["0"])[0] == "1"
+            inc.put(step_id, urllib.parse.unquote(rel), offset, body, patch=patch)
             return {"ok": True}
         if self.command != "POST":
             raise RefusedError(f"{self.command} not allowed here")
@@ -166,6 +168,12 @@ class Handler(BaseHTTPRequestHandler):
             if step.step_id != step_id:
                 raise RefusedError("step id in the path and the body differ")
             return inc.prepare(step)
+        if what == "seed":
+            doc = json.loads(body)
+            if not isinstance(doc, dict):
+                raise ValueError("seed must be an object")
+            inc.seed(step_id, str(doc["path"]), str(doc["base"]), int(doc["size"]))
+            return {"ok": True}
         if what == "finish":
             manifest = json.loads(body)
             if not isinstance(manifest, list):

@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from clavis_contracts import MigrationStep
+from clavis_migrator import precopy
 from clavis_migrator.backend import Backend, BackendError
 from clavis_migrator.hooks import run_hook
-from clavis_migrator.incoming import sha256_file
+from clavis_migrator.incoming import PRECOPY_DIR, sha256_file
 from clavis_migrator.pause import pause_point
 from clavis_migrator.peer import PeerClient, PeerError, PeerForgedError
 from clavis_migrator.store import StepRecord, StepStore, now
@@ -49,8 +50,10 @@ class Machine:
         chunk_bytes: int,
         transfer_attempts: int,
         network_hook: tuple[str, ...] = (),
+        precopy_rounds: int = 0,
     ) -> None:
         self.network_hook = network_hook
+        self.precopy_rounds = precopy_rounds
         self.host = host
         self.store = store
         self.backend = backend
@@ -114,6 +117,10 @@ class Machine:
     def _images(self, step: MigrationStep) -> Path:
         return self.outgoing / step.step_id.replace(":", "_")
 
+    def _pre_images(self, step: MigrationStep) -> Path:
+        """Where this step's pre-copy rounds are dumped (one directory per round)."""
+        return self.outgoing / (step.step_id.replace(":", "_") + ".pre")
+
     def _note(self, rec: StepRecord, line: str, **changes: Any) -> StepRecord:
         log.info("step %s: %s", rec.step.step_id, line)
         events = [*rec.events, line]
@@ -157,6 +164,11 @@ class Machine:
                     f"refused: the agent at {step.target_address} is host {got.get('host')!r}, "
                     f"not {step.target}"
                 )
+            in_time("the pre-copy")
+            base: tuple[Path, str] | None = None
+            if self.precopy_rounds:
+                rec = self.store.update(rec, phase="precopy")
+                rec, base = self._precopy(rec, peer, in_time)
             in_time("the checkpoint")
             images = self._images(step)
             shutil.rmtree(images, ignore_errors=True)
@@ -172,11 +184,13 @@ class Machine:
             rec = self._note(rec, f"checkpointed on {self.host}", phase="transfer")
             pause_point("after-checkpoint")
             in_time("the transfer")
-            moved, retried = self._transfer(peer, step, images)
+            moved, retried = self._transfer(peer, step, images, base)
             sent = f"{moved} bytes sent to {step.target}"
+            if base is not None and not retried:
+                sent += f" (the blocks that changed since pre-copy round {rec.precopy_rounds})"
             if retried:
                 sent += f" (restarted after {retried})"
-            rec = self._note(rec, sent, phase="restore", bytes_moved=moved)
+            rec = self._note(rec, sent, phase="restore", bytes_moved=rec.bytes_moved + moved)
             in_time("the restore")
             try:
                 seen = peer.restore(step.step_id)
@@ -198,8 +212,70 @@ class Machine:
             return
         self._commit(rec, t0)
 
-    def _transfer(self, peer: PeerClient, step: MigrationStep, images: Path) -> tuple[int, str]:
-        """Send every image file; (bytes sent, what failed in earlier attempts)."""
+    def _precopy(
+        self, rec: StepRecord, peer: PeerClient, in_time: Callable[[str], None]
+    ) -> tuple[StepRecord, tuple[Path, str] | None]:
+        """Pre-copy rounds while the container runs (precopy.py); the last round shipped.
+
+        A round that cannot be dumped or sent ends the pre-copy, not the step: the final
+        dump is then sent whole (the target drops the rounds at ``finish``). A transfer
+        that fails is retried by the final transfer from nothing.
+        """
+        step = rec.step
+        root = self._pre_images(step)
+        shutil.rmtree(root, ignore_errors=True)
+        base: tuple[Path, str] | None = None
+        previous = 0
+        for k in range(1, self.precopy_rounds + 1):
+            d = root / str(k)
+            d.mkdir(parents=True)
+            t = time.monotonic()
+            try:
+                self.backend.precheckpoint(step.container, d)
+            except BackendError as exc:
+                if step.container not in self.backend.running():
+                    raise StepFailedError(f"pre-copy dump on {self.host}: {exc}") from exc
+                rec = self._note(rec, f"pre-copy round {k} not dumped ({exc}); final dump whole")
+                return rec, None
+            paused = time.monotonic() - t
+            try:
+                sent = precopy.ship(
+                    peer, step.step_id, d, f"{PRECOPY_DIR}/{k}", base=base, chunk=self.chunk_bytes
+                )
+            except PeerForgedError as exc:
+                raise StepFailedError(f"pre-copy to {step.target}: {exc}") from exc
+            except PeerError as exc:
+                rec = self._note(rec, f"pre-copy round {k} not sent ({exc}); final dump whole")
+                return rec, None
+            rec = self._note(
+                rec,
+                f"pre-copy round {k}: dumped in {paused:.2f} s while running, {sent} bytes "
+                f"sent to {step.target}",
+                precopy_rounds=k,
+                bytes_moved=rec.bytes_moved + sent,
+            )
+            if base is not None:
+                shutil.rmtree(base[0], ignore_errors=True)
+            base = (d, f"{PRECOPY_DIR}/{k}")
+            if precopy.converged(k, sent, previous, self.chunk_bytes):
+                break
+            previous = sent
+            in_time(f"pre-copy round {k + 1}")
+        return rec, base
+
+    def _transfer(
+        self,
+        peer: PeerClient,
+        step: MigrationStep,
+        images: Path,
+        base: tuple[Path, str] | None = None,
+    ) -> tuple[int, str]:
+        """Send every image file; (bytes sent, what failed in earlier attempts).
+
+        With ``base`` (the last pre-copy round, on both hosts) the first attempt sends
+        only what changed since; a restarted one sends everything (``prepare`` emptied
+        the target).
+        """
         files = sorted(p for p in images.rglob("*") if p.is_file())
         manifest = [
             {"path": str(p.relative_to(images)), "size": p.stat().st_size, "sha256": sha256_file(p)}
@@ -208,17 +284,13 @@ class Machine:
         last = ""
         failed: list[str] = []
         for attempt in range(1, self.transfer_attempts + 1):
-            sent = 0
             try:
                 if attempt > 1:
                     peer.prepare(step)  # empties the target's directory: start clean
-                for p, m in zip(files, manifest, strict=True):
-                    with open(p, "rb") as f:
-                        offset = 0
-                        while chunk := f.read(self.chunk_bytes):
-                            peer.put(step.step_id, str(m["path"]), offset, chunk)
-                            offset += len(chunk)
-                            sent += len(chunk)
+                    base = None
+                sent = precopy.ship(
+                    peer, step.step_id, images, "", base=base, chunk=self.chunk_bytes
+                )
                 peer.finish(step.step_id, manifest)
                 return sent, "; ".join(failed)
             except PeerForgedError as exc:
@@ -282,6 +354,7 @@ class Machine:
         return rec, "rolled_back", f"rolled back: restored on {self.host} ({seen})"
 
     def _end(self, rec: StepRecord, state: Any, line: str, t0: float) -> None:
+        shutil.rmtree(self._pre_images(rec.step), ignore_errors=True)
         rec = self._note(rec, line)
         self.store.update(
             rec, state=state, phase="finished", seconds=round(time.monotonic() - t0, 3)
@@ -314,7 +387,7 @@ class Machine:
             again = self._note(rec, f"agent restarted during phase {rec.phase}")
             if again.phase == "committing":
                 self._commit(again, t0)
-            elif again.phase == "prepare":
+            elif again.phase in ("prepare", "precopy"):  # it never stopped
                 self._fail(again, "not started", False, t0)
             else:
                 self._fail(again, "undone", True, t0)

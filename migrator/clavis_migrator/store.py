@@ -22,7 +22,9 @@ from clavis_contracts.migration import TERMINAL_STATES, StepState
 
 # How far a step got on its source. "committing" is written before the source's state is
 # deleted: past it the move is final and recovery finishes it instead of undoing it.
-Phase = Literal["queued", "prepare", "checkpoint", "transfer", "restore", "committing", "finished"]
+Phase = Literal[
+    "queued", "prepare", "precopy", "checkpoint", "transfer", "restore", "committing", "finished"
+]
 
 
 def now() -> datetime:
@@ -43,6 +45,7 @@ class StepRecord(Strict):
     # wall-clock time the dump began (the container stops): a restarted agent still knows
     stopped_at: AwareDatetime | None = None
     bytes_moved: int = 0
+    precopy_rounds: int = 0
 
     @property
     def terminal(self) -> bool:
@@ -57,7 +60,7 @@ class StepRecord(Strict):
             seconds=self.seconds if self.terminal else None,
             frozen_s=None if self.frozen_s is None else round(self.frozen_s, 3),
             bytes_moved=self.bytes_moved,
-            precopy_rounds=0,  # no pre-copy yet: one dump
+            precopy_rounds=self.precopy_rounds,
         )
 
 

@@ -14,6 +14,7 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,8 @@ class TableBackend:
         self.host, self.t = host, table
         self.fail: set[str] = set()  # "checkpoint", "checkpoint-stopped", "restore", "verify"
         self.hold: threading.Event | None = None  # checkpoint waits for it when set
+        # what the running container does to its memory after each pre-copy dump
+        self.dirty: Callable[[bytes], bytes] | None = None
 
     def running(self) -> dict[str, Size]:
         with self.t.lock:
@@ -63,6 +66,17 @@ class TableBackend:
             self.t.where[name] = None
         if "checkpoint-stopped" in self.fail:
             raise BackendError("criu dump: injected failure after stopping")
+
+    def precheckpoint(self, name: str, images: Path) -> None:
+        """A dump that leaves the container running; ``dirty`` then changes its memory."""
+        self.t.calls.append(f"precheckpoint {name} on {self.host}")
+        if "precheckpoint" in self.fail:
+            raise BackendError("criu dump --leave-running: injected failure")
+        (images / "inventory.img").write_bytes(b"inv")
+        (images / "pages-1.img").write_bytes(self.t.memory[name])
+        if self.dirty is not None:
+            with self.t.lock:
+                self.t.memory[name] = self.dirty(self.t.memory[name])
 
     def restore(self, name: str, images: Path) -> None:
         self.t.calls.append(f"restore {name} on {self.host}")
