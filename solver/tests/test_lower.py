@@ -13,7 +13,7 @@ from conftest import container, host, instance
 
 from clavis.instance import Instance, build_instance
 from clavis.model import Cluster, Placement, Workload
-from clavis.objectives import Weights, bounds, evaluate, score
+from clavis.objectives import Weights, bounds, evaluate, score, straggling_jobs
 from clavis.placement import SolveOptions, lower, place
 from clavis.placement.baselines import random_assignment
 from clavis.placement.exact import TooLargeError, feasible_assignments
@@ -237,7 +237,9 @@ def test_power_and_contention_are_bound_jointly_by_hosts_in_use() -> None:
 
 
 @pytest.mark.parametrize("chunk", range(2))
-def test_power_with_m_hosts_on_is_below_every_placement_using_m_hosts(chunk: int) -> None:
+def test_power_and_calm_room_with_m_hosts_hold_for_every_placement_using_m_hosts(
+    chunk: int,
+) -> None:
     # The Lagrangian bound per number of hosts in use (lower._hosts_on), against the least
     # P of the enumerated placements that use exactly that many hosts.
     checked = tighter = 0
@@ -253,10 +255,19 @@ def test_power_with_m_hosts_on_is_below_every_placement_using_m_hosts(chunk: int
             continue
         usable = lower._capacities(inst)
         power = lower._Power.of(inst, usable)
+        devils = lower._Devils.of(inst, usable)
+        calm = lower._CalmRoom.of(devils, usable)
         least: dict[int, float] = {}
         for a in placements:
             m = len(set(a))
             least[m] = min(least.get(m, math.inf), evaluate(inst, a).P)
+            # The calm jobs' devils fit in the calm room of m hosts (lower._CalmRoom).
+            room = calm.room(m)
+            assert room is not None, (seed, m)
+            lagging = straggling_jobs(inst, a)
+            kept = [c for c in inst.containers if c.devil and c.job not in lagging]
+            assert sum(c.cores for c in kept) <= room[0], (seed, m)
+            assert len(kept) <= room[1], (seed, m)
         for m, p in least.items():
             assert power.base + power.on[m] <= p + 1e-9 * max(1.0, p), (seed, m)
             old = power.base + max(power.knapsack, power.switch_on[m] + power.per_core)
@@ -279,3 +290,23 @@ def test_every_host_on_pays_its_switch_on_watts() -> None:
     assert four == pytest.approx(4 * 100 + 8 * 10)
     assert power.base + power.on[4] == pytest.approx(four)
     assert power.watts(4) == pytest.approx(four)
+
+
+def test_devils_of_lagging_jobs_take_room_from_calm_hosts() -> None:
+    # Two 4-core hosts of one domain (tolerance 1 devil core), every core a devil: A and
+    # B one 1-core devil each, C three 2-core devils. Counting calm room alone, each
+    # host could keep one of A, B calm (D >= 6, C lags); but the 8 devil cores fill both
+    # hosts, so each holds two devils or more beyond its tolerance: all lag, D = 8.
+    jobs = [
+        {"name": "A", "containers": [container("a", 1, mpki=20)]},
+        {"name": "B", "containers": [container("b", 1, mpki=20)]},
+        {"name": "C", "containers": [container(f"c{i}", 2, mpki=20) for i in range(3)]},
+    ]
+    inst = instance([host(f"h{i}", cores=4, domains=1) for i in range(2)], jobs)
+    usable = lower._capacities(inst)
+    devils = lower._Devils.of(inst, usable)
+    apart = devils.lagging(sum(c for c, _ in devils.hosts), sum(n for _, n in devils.hosts))
+    assert apart == 6.0
+    assert lower._CalmRoom.of(devils, usable).room(2) == (0, 0)
+    assert lower.contention_floor(inst) == 8.0
+    assert min(evaluate(inst, a).D for a in feasible_assignments(inst)) == 8.0
