@@ -7,7 +7,8 @@ STAMP := $(VENV)/.installed
 include deploy/testbed/testbed.mk
 
 .PHONY: demo demo-parapluie test lint typecheck unit bench-solver bench-pareto bench-ingest schemas clean \
-	bench-realistic bench-realistic-quick postgres-install monitor-install bench-monitor bench-testbed slurm-plugin
+	bench-realistic bench-realistic-quick postgres-install monitor-install bench-monitor bench-testbed slurm-plugin \
+	ui-install ui ui-test
 
 $(STAMP): solver/requirements.lock solver/pyproject.toml contracts/pyproject.toml monitor/pyproject.toml migrator/pyproject.toml \
 	    deploy/bootstrap/python.sh
@@ -47,14 +48,27 @@ typecheck: $(STAMP)
 	    bench/ingest/ingest_bench.py bench/monitor/monitor_bench.py bench/testbed/testbed_bench.py \
 	    monitor/clavis_monitor migrator/clavis_migrator
 
-unit: $(STAMP) testbed-install postgres-install monitor-install slurm-plugin
+unit: $(STAMP) testbed-install postgres-install monitor-install slurm-plugin ui
 	$(VENV)/bin/pytest -q
 
-test: lint typecheck unit
+test: lint typecheck ui-test unit
 
 # spank_clavis.so, warnings as errors (spank.h comes with testbed-install's libslurm-dev)
 slurm-plugin: testbed-install
 	$(MAKE) -C slurm-plugin
+
+# vismon-ui (docs/ui.md): Debian's chromium and the npm packages of package-lock.json
+# (npm ci, cached in $${CLAVIS_CACHE:-/var/cache/clavis}/npm); `ui` builds vismon-ui/dist,
+# which clavisd serves (server.ui_dir) and the end-to-end test drives; `ui-test` is the
+# TypeScript's typecheck, lint and unit tests.
+ui-install:
+	bash deploy/bootstrap/ui.sh
+
+ui: ui-install
+	cd vismon-ui && npx --no-install vite build --logLevel warn
+
+ui-test: ui-install
+	cd vismon-ui && npx --no-install tsc --noEmit && npx --no-install eslint . && npx --no-install vitest run
 
 # nftables and ipmitool for the monitor's tests (deploy/bootstrap/monitor.sh)
 monitor-install:

@@ -1,0 +1,187 @@
+// End-to-end test of vismon in Debian's chromium, driven by playwright-core (no browser is
+// downloaded), against a real clavisd with a seeded store. Started by
+// solver/tests/service/test_ui_e2e.py, which starts that clavisd and passes
+//   CLAVIS_URL   the clavisd base URL (it serves the built UI at /ui/)
+//   ARTIFACTS    where the screenshots go
+// Every step is bounded in time; the first failure ends the run with exit code 1.
+import { mkdirSync } from "node:fs";
+import { chromium } from "playwright-core";
+
+const base = process.env.CLAVIS_URL;
+const out = process.env.ARTIFACTS ?? "e2e-artifacts";
+if (!base) {
+  console.error("e2e: CLAVIS_URL is not set");
+  process.exit(2);
+}
+mkdirSync(out, { recursive: true });
+
+let passed = 0;
+async function step(name, f) {
+  const t0 = Date.now();
+  await f();
+  passed++;
+  console.log(`ok ${passed} - ${name} (${Date.now() - t0} ms)`);
+}
+function check(cond, what) {
+  if (!cond) throw new Error(`check failed: ${what}`);
+}
+
+const browser = await chromium.launch({
+  executablePath: "/usr/bin/chromium",
+  args: [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+  ],
+});
+const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+page.setDefaultTimeout(20000);
+const errors = [];
+page.on("pageerror", (e) => errors.push(String(e)));
+const shot = (name) => page.screenshot({ path: `${out}/${name}.png`, fullPage: true });
+
+async function login(user, password) {
+  await page.fill("#user", user);
+  await page.fill("#password", password);
+  await page.click("form.login button[type=submit]");
+  await page.waitForSelector("header.top .who");
+}
+
+/** Pick a schedule on screen k by clicking its point, one that no other point overlaps. */
+async function pickOn(k) {
+  const target = await page.evaluate((k) => {
+    const v = window.vismon;
+    const picked = new Set([...document.querySelectorAll("ul.picks li")].map((li) => Number(li.textContent.match(/\d+/)[0])));
+    const px = v.ids.map((id) => [id, v.screens.pixelOf(k, id)]);
+    for (const [id, p] of px) {
+      if (picked.has(id) || !p) continue;
+      const alone = px.every(([o, q]) => o === id || !q || Math.hypot(q[0] - p[0], q[1] - p[1]) > 14);
+      if (alone) return { id, x: p[0], y: p[1] };
+    }
+    return null;
+  }, k);
+  check(target !== null, `screen ${k} has an unpicked schedule that no other point covers`);
+  const screen = page.locator(".screen").nth(k);
+  await screen.scrollIntoViewIfNeeded();
+  const box = await screen.boundingBox();
+  await page.mouse.move(box.x + target.x, box.y + target.y);
+  // Linked hover: the schedule is named under the screens wherever it is hovered.
+  await page.waitForFunction((id) => document.querySelector(".hover")?.textContent?.startsWith(`Schedule ${id}:`), target.id);
+  await page.mouse.click(box.x + target.x, box.y + target.y);
+  await page.waitForFunction((id) => [...document.querySelectorAll("ul.picks li")].some((li) => li.textContent.startsWith(`schedule ${id} `)), target.id);
+  return target.id;
+}
+
+try {
+  await step("an unauthenticated visit shows the login page", async () => {
+    await page.goto(`${base}/ui/`);
+    await page.waitForSelector("form.login");
+    await shot("01-login");
+  });
+
+  await step("a wrong password is refused in words", async () => {
+    await page.fill("#user", "ada");
+    await page.fill("#password", "not-it");
+    await page.click("form.login button[type=submit]");
+    await page.waitForSelector("text=Wrong user or password.");
+  });
+
+  await step("the admin logs in and sees that no front exists yet", async () => {
+    await login("ada", "admin-pass");
+    await page.waitForSelector("text=No front yet");
+    check(await page.isVisible("#start-run"), "the admin has a start button");
+  });
+
+  await step("the admin starts a small front and watches it finish", async () => {
+    await page.fill("#population", "24");
+    await page.fill("#generations", "12");
+    await page.fill("#seed-time", "0");
+    await page.click("#start-run");
+    await page.waitForSelector("#run-progress");
+    await page.waitForSelector('#run-text[data-state="done"]', { timeout: 120000 });
+    const value = await page.$eval("#run-progress", (p) => p.value);
+    check(value === 1, `the progress bar is full (${value})`);
+    const text = await page.textContent("#run-text");
+    check(/done: \d+ schedules, hypervolume/.test(text), `the run says what it found: ${text}`);
+    await page.waitForFunction(() => (window.vismon?.ids.length ?? 0) >= 3 && document.querySelectorAll(".screen canvas").length >= 3);
+    await shot("02-front-done");
+  });
+
+  const picks = [];
+  await step("three schedules picked, one on each of the P-D, P-C and D-C screens", async () => {
+    check((await page.locator(".screen").count()) === 3, "three screens");
+    for (const k of [0, 1, 2]) picks.push(await pickOn(k));
+    check(new Set(picks).size === 3, `three different schedules: ${picks}`);
+  });
+
+  await step("calibrate shows the weights of both methods", async () => {
+    await page.click("#calibrate");
+    await page.waitForSelector("table.weights tbody tr >> nth=1");
+    const methods = await page.$$eval("table.weights tbody th", (ths) => ths.map((t) => t.textContent));
+    check(methods.length === 2 && methods[0].startsWith("thesis") && methods[1].startsWith("inverse"), `both methods: ${methods}`);
+    await page.waitForSelector("text=Recommended:");
+    await shot("03-calibrate");
+  });
+
+  let made = "";
+  await step("the admin makes weights current", async () => {
+    const button = page.locator(".actions button").first();
+    made = await button.getAttribute("data-method");
+    await button.click();
+    await page.waitForSelector(`text=current (${made}), by ada`);
+  });
+
+  await step("the Cluster page shows hosts, classes, the new weights and the advice", async () => {
+    await page.click("a[href='#/cluster']");
+    await page.waitForSelector("table.hosts tbody tr");
+    check((await page.locator("table.hosts tbody tr").count()) === 4, "four hosts");
+    check((await page.locator(".chip.devil, .chip.contended").count()) >= 1, "devils are shown");
+    check((await page.locator("td .chip.turtle").count()) >= 1, "turtles are shown");
+    await page.waitForSelector("[data-source='calibrated']");
+    await page.waitForSelector("#advice-state");
+    await shot("04-cluster");
+  });
+
+  await step("logging out returns to the login page", async () => {
+    await page.click("text=Log out");
+    await page.waitForSelector("form.login");
+  });
+
+  await step("a viewer sees every page and no control that changes state", async () => {
+    await login("vic", "viewer-pass");
+    await page.waitForFunction(() => (window.vismon?.ids.length ?? 0) >= 3);
+    check((await page.locator("#start-run").count()) === 0, "no start button");
+    check((await page.locator("#cancel-run").count()) === 0, "no cancel button");
+    for (const k of [0, 1, 2]) await pickOn(k);
+    await page.click("#calibrate"); // a preview: it stores nothing
+    await page.waitForSelector("text=Recommended:");
+    const buttons = await page.$$eval("button", (bs) => bs.map((b) => b.textContent.trim()));
+    const allowed = new Set(["Log out", "Calibrate", "×"]);
+    check(buttons.every((b) => allowed.has(b)), `only reading controls: ${buttons}`);
+    await shot("05-viewer-calibrate");
+    await page.click("a[href='#/cluster']");
+    await page.waitForSelector("table.hosts tbody tr");
+    const clusterButtons = await page.$$eval("button", (bs) => bs.map((b) => b.textContent.trim()));
+    check(clusterButtons.join() === "Log out", `only log out on Cluster: ${clusterButtons}`);
+    await shot("06-viewer-cluster");
+  });
+
+  await step("an expired session returns to the login page", async () => {
+    // End the session on the server, as expiry does; the next refresh gets a 401.
+    await page.evaluate(async () => {
+      const s = JSON.parse(sessionStorage.getItem("clavis.session"));
+      await fetch("/api/v1/logout", { method: "POST", headers: { Authorization: `Bearer ${s.token}` } });
+    });
+    await page.waitForSelector("text=Your session expired", { timeout: 15000 });
+    await shot("07-expired");
+  });
+
+  check(errors.length === 0, `no script errors in the page: ${errors.join("; ")}`);
+  console.log(`${passed} passed, 0 failed`);
+} catch (e) {
+  await shot("failure").catch(() => undefined);
+  console.error(`not ok ${passed + 1} - ${e.stack ?? e}`);
+  console.log(`${passed} passed, 1 failed`);
+  process.exitCode = 1;
+} finally {
+  await browser.close();
+}

@@ -1,0 +1,146 @@
+// The Pareto screens: one ECharts scatter per pair of objectives, linked so that hovering
+// or picking a schedule on one shows it on all (thesis §5.5.1, after Vismon).
+import * as echarts from "echarts/core";
+import { LineChart, ScatterChart } from "echarts/charts";
+import { GridComponent, TooltipComponent } from "echarts/components";
+import { CanvasRenderer } from "echarts/renderers";
+import { COLOURS, indexById, screenData, type Axis, type FrontLike } from "./shape";
+
+echarts.use([ScatterChart, LineChart, GridComponent, TooltipComponent, CanvasRenderer]);
+
+export interface Screens {
+  setPicks(ids: readonly number[]): void;
+  /** Chart pixel of a schedule on screen k, relative to that chart's element. */
+  pixelOf(k: number, id: number): [number, number] | null;
+  charts: HTMLElement[];
+  dispose(): void;
+}
+
+const NAMES: Record<Axis, string> = {
+  P: "P power",
+  D: "D contention",
+  C: "C slow-link traffic",
+  M: "M migration",
+};
+
+export function paretoScreens(
+  container: HTMLElement,
+  front: FrontLike,
+  pairs: [Axis, Axis][],
+  onHover: (id: number | null) => void,
+  onClick: (id: number) => void,
+): Screens {
+  const index = indexById(front);
+  const els: HTMLElement[] = [];
+  const charts = pairs.map(([x, y], k) => {
+    const el = document.createElement("div");
+    el.className = "screen";
+    el.setAttribute("role", "img");
+    el.setAttribute("aria-label", `schedules by ${NAMES[x]} and ${NAMES[y]}; click one to pick it`);
+    el.dataset.screen = `${x}-${y}`;
+    container.append(el);
+    els.push(el);
+    const chart = echarts.init(el, undefined, { renderer: "canvas" });
+    chart.setOption({
+      animation: false,
+      grid: { left: 48, right: 12, top: 28, bottom: 40 },
+      title: undefined,
+      tooltip: {
+        trigger: "item",
+        formatter: (p: { data: number[] }) =>
+          `schedule ${p.data[2]}<br>${x} ${Number(p.data[0]).toFixed(3)} · ${y} ${Number(p.data[1]).toFixed(3)}`,
+      },
+      xAxis: { name: NAMES[x], nameLocation: "middle", nameGap: 24, min: 0, max: 1 },
+      yAxis: { name: NAMES[y], nameLocation: "end", min: 0, max: 1 },
+      series: [
+        {
+          id: "all",
+          type: "scatter",
+          data: screenData(front, x, y),
+          symbolSize: 9,
+          itemStyle: { color: COLOURS.point, borderColor: "#1a1a1a", borderWidth: 0.5 },
+          emphasis: { scale: 1.8, itemStyle: { color: COLOURS.hovered, borderColor: "#000" } },
+          large: false,
+        },
+        {
+          id: "picked",
+          type: "scatter",
+          data: [],
+          symbol: "diamond",
+          symbolSize: 14,
+          itemStyle: { color: COLOURS.picked, borderColor: "#fff", borderWidth: 1.5 },
+          z: 3,
+          silent: false,
+        },
+      ],
+    });
+    chart.on("mouseover", (p) => {
+      const id = (p.data as number[])[2];
+      if (id === undefined) return;
+      onHover(id);
+      const i = index.get(id);
+      charts.forEach((c, j) => {
+        if (j !== k && c && i !== undefined) {
+          c.dispatchAction({ type: "downplay", seriesIndex: 0 });
+          c.dispatchAction({ type: "highlight", seriesIndex: 0, dataIndex: i });
+        }
+      });
+    });
+    chart.on("mouseout", () => {
+      onHover(null);
+      charts.forEach((c, j) => j !== k && c?.dispatchAction({ type: "downplay", seriesIndex: 0 }));
+    });
+    chart.on("click", (p) => {
+      const id = (p.data as number[])[2];
+      if (id !== undefined) onClick(id);
+    });
+    return chart;
+  });
+  const ro = new ResizeObserver(() => charts.forEach((c) => c.resize()));
+  els.forEach((e) => ro.observe(e));
+  return {
+    charts: els,
+    setPicks(ids) {
+      const picked = new Set(ids);
+      pairs.forEach(([x, y], k) => {
+        const data = screenData(front, x, y).filter((d) => picked.has(d[2]));
+        charts[k]?.setOption({ series: [{ id: "picked", data }] });
+      });
+    },
+    pixelOf(k, id) {
+      const pair = pairs[k];
+      const p = front.points.find((q) => q.id === id);
+      const chart = charts[k];
+      if (!pair || !p || !chart) return null;
+      const px = chart.convertToPixel({ seriesIndex: 0 }, [p.normalised[pair[0]], p.normalised[pair[1]]]);
+      return px ? [px[0] as number, px[1] as number] : null;
+    },
+    dispose() {
+      ro.disconnect();
+      charts.forEach((c) => c.dispose());
+    },
+  };
+}
+
+/** The live hypervolume curve of a running front. */
+export function hypervolumeCurve(el: HTMLElement): {
+  add(gen: number, hv: number): void;
+  dispose(): void;
+} {
+  const chart = echarts.init(el, undefined, { renderer: "canvas" });
+  const data: [number, number][] = [];
+  chart.setOption({
+    animation: false,
+    grid: { left: 56, right: 12, top: 24, bottom: 32 },
+    xAxis: { type: "value", name: "generation", nameLocation: "middle", nameGap: 22, minInterval: 1 },
+    yAxis: { type: "value", name: "hypervolume", scale: true },
+    series: [{ type: "line", data, showSymbol: false, lineStyle: { color: COLOURS.turtle, width: 2 } }],
+  });
+  return {
+    add(gen, hv) {
+      data.push([gen, hv]);
+      chart.setOption({ series: [{ data }] });
+    },
+    dispose: () => chart.dispose(),
+  };
+}
