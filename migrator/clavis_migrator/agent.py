@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from pathlib import Path
 
@@ -14,8 +15,12 @@ from clavis_migrator.server import Api, make_server
 from clavis_migrator.steps import Machine
 from clavis_migrator.store import StepStore
 
+log = logging.getLogger("clavis_migrator.agent")
+
 # room for a chunk's bytes plus a step or a manifest of many files
 _BODY_SLACK = 4 * 2**20
+# how often the target side looks for images past their step's deadline (Incoming.expire)
+EXPIRE_EVERY_S = 2.0
 
 
 class Agent:
@@ -45,6 +50,8 @@ class Agent:
         self.http = make_server(cfg.listen, cfg.port, api)
         self.http_started = api.started
         self._thread = threading.Thread(target=self.http.serve_forever, name="http", daemon=True)
+        self._stopping = threading.Event()
+        self._sweeper = threading.Thread(target=self._sweep, name="expire", daemon=True)
 
     @property
     def port(self) -> int:
@@ -53,8 +60,21 @@ class Agent:
     def start(self) -> None:
         self._thread.start()
         self.machine.recover()
+        self._sweeper.start()
+
+    def _sweep(self) -> None:
+        while not self._stopping.wait(EXPIRE_EVERY_S):
+            try:
+                for step_id in self.incoming.expire():
+                    log.warning(
+                        "step=%s host=%s images deleted: deadline passed, never restored",
+                        step_id, self.cfg.host,
+                    )  # fmt: skip
+            except OSError as exc:  # keep sweeping: the next pass may see a sane directory
+                log.error("host=%s expiring incoming images: %s", self.cfg.host, exc)
 
     def stop(self, timeout: float = 10.0) -> None:
+        self._stopping.set()
         self.http.shutdown()
         self.http.server_close()
         self.machine.join(timeout)

@@ -18,6 +18,7 @@ import hashlib
 import json
 import shutil
 import threading
+import time
 from pathlib import Path, PurePosixPath
 from typing import Any, Final
 
@@ -224,6 +225,36 @@ class Incoming:
         step = self._step(step_id)
         self.backend.commit(step.container, self.images(step_id))
         shutil.rmtree(self._step_dir(step_id), ignore_errors=True)
+
+    def expire(self, now: float | None = None) -> list[str]:
+        """Delete the images of steps not restored here whose deadline has passed; their
+        ids. A source never asks for a restore after its step's deadline (it checks it
+        before the restore), and it started the step before it prepared here, so past
+        prepare time + ``deadline_s`` the images are of no use. Without this, a source
+        that gave up while it could not reach this host (a cut link) would leave them,
+        and their admitted cores and memory, here until the agent restarts. A restored
+        step's images stay for its source's commit or abort."""
+        now = time.time() if now is None else now
+        gone: list[str] = []
+        for d in sorted(self.dir.iterdir()):
+            spec = d / "step.json"
+            if not d.is_dir() or not spec.is_file() or (d / "restored").is_file():
+                continue
+            step_id = d.name.replace("_", ":")
+            lock = self._step_lock(step_id)
+            if not lock.acquire(blocking=False):
+                continue  # a restore holds it: not expired, or its answer decides
+            try:
+                step = MigrationStep.model_validate_json(spec.read_bytes())
+                if (d / "restored").is_file() or now < spec.stat().st_mtime + step.deadline_s:
+                    continue
+                shutil.rmtree(d, ignore_errors=True)
+                gone.append(step.step_id)
+            except (OSError, ValueError):
+                continue  # removed meanwhile (an abort), or not ours to judge
+            finally:
+                lock.release()
+        return gone
 
     def abort(self, step_id: str) -> dict[str, Any]:
         """Undo whatever this step did here; a step never prepared here is nothing to undo."""
