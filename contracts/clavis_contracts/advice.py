@@ -20,6 +20,13 @@ from clavis_contracts.application import is_app_key
 from clavis_contracts.common import AwareDatetime, Name, Strict
 
 ADVICE_VERSION: Final = 2
+# The longest an advice file may stay valid. clavisd rewrites it every few seconds, so an
+# hour is ample; without a bound a file with a huge valid_s would steer placements for
+# ever after clavisd stopped (issue 15, item 10).
+MAX_VALID_S: Final = 3600.0
+# How far ahead of the reader's clock ``generated`` may be (clock steps between the head
+# node's hosts): beyond it the file is not fresh, so a far-future time is never fresh.
+MAX_AHEAD_S: Final = 60.0
 MAX_NODES: Final = 65536  # select_clavis refuses a longer list
 MAX_APPS: Final = 65536  # likewise; clavisd lists the most recently decided first
 
@@ -65,7 +72,12 @@ class AdviceFile(Strict):
     schema_version: Literal[1, 2] = ADVICE_VERSION
     kind: Literal["clavis.advice"] = "clavis.advice"
     generated: AwareDatetime
-    valid_s: float = Field(gt=0, description="Readers ignore the file once this old.")
+    valid_s: float = Field(
+        gt=0,
+        le=MAX_VALID_S,
+        description="Readers ignore the file once this old, or when generated lies further "
+        f"ahead than {MAX_AHEAD_S:g} s (clavis_contracts.advice.MAX_AHEAD_S).",
+    )
     nodes: list[AdviceNode] = Field(max_length=MAX_NODES)
     apps: list[AdviceApp] = Field(
         default_factory=list,
@@ -88,6 +100,12 @@ class AdviceFile(Strict):
         if len(set(keys)) != len(keys):
             raise ValueError("an application is listed twice")
         return apps
+
+    def fresh(self, now: float) -> bool:
+        """Whether a reader at ``now`` (Unix seconds) may use the file: at most ``valid_s``
+        old and not more than MAX_AHEAD_S in the future."""
+        age = now - self.generated.timestamp()
+        return -MAX_AHEAD_S <= age <= self.valid_s
 
     @model_validator(mode="after")
     def _versioned(self) -> AdviceFile:

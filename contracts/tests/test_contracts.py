@@ -205,3 +205,29 @@ def test_contracts_import_without_solver_dependencies() -> None:
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_advice_validity_is_bounded_and_a_future_file_is_not_fresh() -> None:
+    """Issue 15, item 10: a huge valid_s or a far-future ``generated`` kept a file fresh
+    for ever."""
+    node = {"node": "n1", "host": "h1", "rack": "r1", "contention": "ok", "node_class": "devil"}
+    base = {"generated": "2026-11-22T08:00:00+00:00", "valid_s": 120, "nodes": [node]}
+    with pytest.raises(ValidationError, match="less than or equal to 3600"):
+        AdviceFile.model_validate({**base, "valid_s": 1e9})
+    adv = AdviceFile.model_validate(base)
+    t = adv.generated.timestamp()
+    assert adv.fresh(t) and adv.fresh(t + 120) and not adv.fresh(t + 121)
+    assert adv.fresh(t - 60) and not adv.fresh(t - 61)  # generated 61 s ahead of the reader
+    ahead = AdviceFile.model_validate({**base, "generated": "2126-01-01T00:00:00+00:00"})
+    assert not ahead.fresh(t)
+
+
+def test_numbers_are_not_read_from_text_or_booleans() -> None:
+    """Issue 15, item 8: strict types; a time is text, never a number."""
+    for bad, where in [
+        ({"busy_cores": "3.5"}, "busy_cores"),
+        ({"interval_s": True}, "interval_s"),
+        ({"timestamp": 1700000000}, "timestamp"),
+    ]:
+        with pytest.raises(ValidationError, match=where):
+            MonitorReport.model_validate_json(json.dumps(report(**bad)))

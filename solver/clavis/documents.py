@@ -41,6 +41,13 @@ def _loc(loc: tuple[int | str, ...], data: Any) -> str:
     return out or "(document)"
 
 
+def _shown(value: Any, limit: int = 60) -> str:
+    """A value as a message quotes it: enough to find it, bounded (a megabyte of text
+    sent back, or written to a log, helps nobody)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def describe(err: ValidationError, data: Any) -> str:
     lines = []
     for e in err.errors():
@@ -49,7 +56,7 @@ def describe(err: ValidationError, data: Any) -> str:
         if e["type"] in {"missing"}:
             lines.append(f"{where}: field required")
         elif "input" in e and not isinstance(e["input"], dict | list):
-            lines.append(f"{where}: {msg} (got {e['input']!r})")
+            lines.append(f"{where}: {msg} (got {_shown(e['input'])})")
         else:
             lines.append(f"{where}: {msg}")
     return "; ".join(lines)
@@ -110,7 +117,7 @@ def parse(kind: type[Doc], data: Any, source: str) -> Doc:
     if not isinstance(data, dict):
         raise InputError(f"{source}: expected a mapping at the top level")
     try:
-        return kind.model_validate(data)
+        return kind.model_validate(data, strict=True)  # `cores: true` or "8" is refused
     except ValidationError as exc:
         raise InputError(f"{source}: {describe(exc, data)}") from exc
 

@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
@@ -209,7 +210,7 @@ async def set_weights(request: Request, user: Admin) -> s.WeightsOut:
     """Make a weights file of `clavis calibrate` (docs/schema/weights.schema.json) current."""
     body = await request.body()
     try:
-        doc = WeightsFile.model_validate_json(body)
+        doc = WeightsFile.model_validate_json(body, strict=True)
     except ValidationError as exc:
         raise HTTPException(422, f"malformed weights file: {describe(exc, None)}") from None
     given = doc.weights
@@ -264,6 +265,18 @@ async def apply_plan(request: Request, plan_id: PlanId, _: Admin) -> s.PlanOut:
     return plan_out(d, plan_id)
 
 
+async def invalid_request(request: Request, exc: Exception) -> JSONResponse:
+    """422 naming each bad field and what is wrong with it, never the value sent: it may be
+    a password, and NaN or infinity (which JSON cannot carry back) would turn the answer
+    into a 500. FastAPI's own answer echoes every input."""
+    assert isinstance(exc, RequestValidationError)
+    where = []
+    for e in exc.errors()[:10]:
+        loc = ".".join(str(p) for p in e.get("loc", ()) if p != "body") or "body"
+        where.append(f"{loc[:200]}: {str(e.get('msg', 'invalid'))[:200]}")
+    return JSONResponse({"detail": "malformed request: " + "; ".join(where)}, status_code=422)
+
+
 def create_app(d: Clavisd) -> FastAPI:
     runner = FrontRunner(d.store, d.snapshot)
 
@@ -276,6 +289,7 @@ def create_app(d: Clavisd) -> FastAPI:
                   docs_url=None, redoc_url=None, lifespan=lifespan)  # fmt: skip
     app.state.clavisd = d
     app.state.front_runner = runner
+    app.add_exception_handler(RequestValidationError, invalid_request)
     app.include_router(router)
     app.include_router(calibration_api.router(require("admin"), require("viewer"), _AUTH_ERRORS))
     app.include_router(ui_api.router(require("admin"), require("viewer"), _AUTH_ERRORS))

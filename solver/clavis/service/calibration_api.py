@@ -15,7 +15,7 @@ from sqlalchemy import insert, select
 
 from clavis.calibrate import CalibrationError, Outcome, calibrate
 from clavis.documents import describe
-from clavis.model import CalibrationOutcome, Front, ObjectiveValues, WeightsFile
+from clavis.model import CalibrationOutcome, Cluster, Front, ObjectiveValues, WeightsFile
 from clavis.service import tables as t
 
 if TYPE_CHECKING:
@@ -35,7 +35,7 @@ class FrontSummary(BaseModel):
 
 
 class PicksIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
     picks: list[int] = Field(min_length=3, max_length=1000, json_schema_extra={"uniqueItems": True})
     method: Literal["thesis", "inverse"] | None = None
 
@@ -62,6 +62,26 @@ def _outcome(
     full = dict.fromkeys("PDCM", 0.0) | dict(zip(names, o.weights, strict=True))
     return CalibrationOutcome(method=name, weights=ObjectiveValues(**full), residual=o.residual,
                               regret=o.regret)  # fmt: skip
+
+
+def cluster_mismatch(theirs: Cluster, ours: Cluster) -> str | None:
+    """How a front's cluster differs from clavisd's (its name, hosts, their racks and
+    cores), or None. Weights calibrated on another cluster's trade-offs would steer this one
+    by numbers that do not describe it. Power and host states may differ: a front is
+    often computed from a snapshot, with fitted power models and draining hosts."""
+    if theirs.name != ours.name:
+        return f"cluster {theirs.name!r}, but clavisd runs {ours.name!r}"
+    mine = {h.name: h for h in ours.hosts}
+    given = {h.name: h for h in theirs.hosts}
+    missing, extra = sorted(mine.keys() - given.keys()), sorted(given.keys() - mine.keys())
+    if missing or extra:
+        return f"hosts not in the front: {missing[:5]}; hosts not in this cluster: {extra[:5]}"
+    for name, h in sorted(given.items()):
+        here = mine[name]
+        if (h.cores, h.rack) != (here.cores, here.rack):
+            return (f"host {name!r} has {h.cores} cores in rack {h.rack!r} in the front, "
+                    f"{here.cores} in rack {here.rack!r} here")  # fmt: skip
+    return None
 
 
 def weights_from_picks(front: Front, sha256: str, picks: list[int],
@@ -114,10 +134,13 @@ def router(admin: Any, viewer: Any, errors: dict[int | str, dict[str, Any]]) -> 
         if len(body) > MAX_FRONT_BYTES:
             raise HTTPException(413, f"front exceeds {MAX_FRONT_BYTES} bytes")
         try:
-            front = Front.model_validate_json(body)
+            front = Front.model_validate_json(body, strict=True)
         except ValidationError as exc:
             raise HTTPException(422, f"malformed front: {describe(exc, None)}") from None
         d: Clavisd = request.app.state.clavisd
+        other = cluster_mismatch(front.cluster, d.cluster)
+        if other is not None:
+            raise HTTPException(422, f"front is for another cluster: {other}")
         text = body.decode()
         with d.store.engine.begin() as conn:
             res = conn.execute(insert(t.fronts).values(created=time.time(), doc=text))

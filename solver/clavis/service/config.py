@@ -20,6 +20,7 @@ from pydantic import (
 )
 
 from clavis.documents import InputError, decode, describe
+from clavis_contracts.advice import MAX_VALID_S
 
 DEFAULT_PATH: Final = Path("/etc/clavis/clavis.toml")
 
@@ -76,7 +77,14 @@ class IngestConfig(_Section):
     max_report_age_s: float = Field(
         default=120.0,
         gt=0,
-        description="Older reports get 422; hosts silent this long count as draining.",
+        description="Hosts whose newest report is older count as draining (repack, advice).",
+    )
+    max_backlog_s: float = Field(
+        default=86400.0,
+        gt=0,
+        description="Older reports get 422. Reports a monitor spooled through an outage "
+        "are stored up to this age: keep it at least the monitors' spool reach "
+        "(spool.max_reports x interval_s, 20000 s by default; docs/monitor.md).",
     )
     max_future_s: float = Field(
         default=30.0, ge=0, description="Reports stamped further ahead get 422."
@@ -87,6 +95,13 @@ class IngestConfig(_Section):
     )
     batch_max: int = Field(default=500, ge=1, description="Reports per store transaction.")
     batch_wait_ms: float = Field(default=20.0, ge=0, description="How long a batch waits to fill.")
+
+    @model_validator(mode="after")
+    def _backlog_covers_freshness(self) -> IngestConfig:
+        if self.max_backlog_s < self.max_report_age_s:
+            raise ValueError(f"max_backlog_s ({self.max_backlog_s:g}) must not be below "
+                             f"max_report_age_s ({self.max_report_age_s:g})")  # fmt: skip
+        return self
 
 
 class RetentionConfig(_Section):
@@ -145,7 +160,12 @@ class AdviceConfig(_Section):
     path: Path = Field(
         default=Path("/run/clavis/advice.json"), description="Advice file for select_clavis."
     )
-    valid_s: float = Field(default=180.0, gt=0, description="Readers ignore older advice.")
+    valid_s: float = Field(
+        default=180.0,
+        gt=0,
+        le=MAX_VALID_S,
+        description="Readers ignore older advice (at most 3600).",
+    )
     mode: str = Field(
         default="0600",
         description="Octal mode of the advice file, at most 0644 (no write or execute for "

@@ -24,7 +24,7 @@ from pydantic_core import to_jsonable_python
 from clavis.documents import InputError, load_cluster
 from clavis.model import WeightsFile
 from clavis.objectives import Weights
-from clavis.service import advice, snapshot
+from clavis.service import advice, maintenance, snapshot
 from clavis.service.advice_worker import AdviceWorker, build_document
 from clavis.service.agents import MigratorClient
 from clavis.service.api import plan_out, serve
@@ -33,6 +33,7 @@ from clavis.service.classify import threshold_for
 from clavis.service.config import DEFAULT_PATH, Config, ConfigError, load_config
 from clavis.service.gcpolicy import long_lived_heap
 from clavis.service.ingest import Ingestor
+from clavis.service.maintenance import Task
 from clavis.service.pausepoints import pause_point
 from clavis.service.power import FitError, fit
 from clavis.service.repack import Executor, decide
@@ -59,6 +60,7 @@ class Clavisd:
         self.started = now if now is not None else time.time()
         self.cluster = load_cluster(config.cluster_file)
         self.host_names = {h.name for h in self.cluster.hosts}
+        self.host_cores = {h.name: h.cores for h in self.cluster.hosts}
         c = config.classify
         self.thresholds = {h: threshold_for(h, c.devil_threshold_mpki, c.host_thresholds)
                            for h in self.host_names}  # fmt: skip
@@ -82,6 +84,7 @@ class Clavisd:
         )
         self.dummy_hash = hash_password("not a password of any user")
         self._stop = threading.Event()
+        self.tasks = self.maintenance_tasks()
         self._loop = threading.Thread(target=self._maintain, name="maintenance", daemon=True)
         self._repack_lock = threading.Lock()
         # The last advice built: its inputs and its JSON document (AdviceFile, validated).
@@ -115,28 +118,34 @@ class Clavisd:
             self._advice_worker.stop()
         self.store.close()
 
-    def _maintain(self) -> None:
-        """Advice every few seconds, retention every 10 minutes, repack every interval."""
+    def maintenance_tasks(self) -> list[Task]:
+        """The periodic tasks, each with its own period (maintenance.py): the advice every
+        few seconds (well within ``advice.valid_s``), nonce pruning as often, retention
+        every 10 minutes, an applying repack pass every ``repack.interval_s`` (0: none)."""
         cfg = self.config
-        next_retention = 0.0
-        next_repack = time.monotonic() + cfg.repack.interval_s
-        period = min(10.0, cfg.advice.valid_s / 3)
-        if cfg.repack.interval_s > 0:  # a pass every second must not wait 10 s for its turn
-            period = min(period, cfg.repack.interval_s)
-        while not self._stop.wait(period):
-            try:
-                self.publish_advice()
-                self.store.drop_nonces(self.auth.keep_since(time.time()))
-                if time.monotonic() >= next_retention:
-                    r = cfg.retention
-                    self.store.apply_retention(time.time(), r.raw_s, r.keep_s, r.bucket_s)
-                    next_retention = time.monotonic() + 600
-                if cfg.repack.interval_s > 0 and time.monotonic() >= next_repack:
-                    out = self.repack_once(apply=True)
-                    log.info("repack decision=%s %s", out.decision, out.message)
-                    next_repack = time.monotonic() + cfg.repack.interval_s
-            except Exception:  # the loop must outlive any one failure; it is logged
-                log.exception("maintenance pass failed")
+        advice_s = min(10.0, cfg.advice.valid_s / 3)
+        r = cfg.retention
+        tasks = [
+            Task("advice", advice_s, self.publish_advice, first_s=advice_s),
+            Task("nonces", min(10.0, cfg.security.max_skew_s), self._prune_nonces,
+                 first_s=advice_s),
+            Task("retention", 600.0, lambda: self.store.apply_retention(
+                time.time(), r.raw_s, r.keep_s, r.bucket_s), first_s=advice_s),
+        ]  # fmt: skip
+        if cfg.repack.interval_s > 0:
+            interval = cfg.repack.interval_s
+            tasks.append(Task("repack", interval, self._repack_pass, first_s=interval))
+        return tasks
+
+    def _maintain(self) -> None:
+        maintenance.loop(self.tasks, self._stop)
+
+    def _prune_nonces(self) -> None:
+        self.store.drop_nonces(self.auth.keep_since(time.time()))
+
+    def _repack_pass(self) -> None:
+        out = self.repack_once(apply=True)
+        log.info("repack decision=%s %s", out.decision, out.message)
 
     # --- actions ----------------------------------------------------------------------
 

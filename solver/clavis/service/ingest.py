@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import pydantic_core
 from pydantic_core import from_json
-from sqlalchemy import Connection, bindparam, insert
+from sqlalchemy import Connection, bindparam, delete, insert
 from sqlalchemy import update as sql_update
 
 from clavis.service import tables as t
@@ -58,6 +58,10 @@ class ClassBook:
     jobs: dict[str, Klass | None] = field(default_factory=dict)
     apps: dict[str, Klass] = field(default_factory=dict)
     job_members: dict[str, set[str]] = field(default_factory=dict)
+    # Where each stored container is and the time of the sample that put it there, as in
+    # the store's containers table (which this book mirrors), and the reverse index.
+    placed: dict[str, tuple[str, float]] = field(default_factory=dict)
+    host_members: dict[str, set[str]] = field(default_factory=dict)
 
     def set_job(self, container: str, job: str | None) -> None:
         old = self.container_job.get(container)
@@ -67,12 +71,29 @@ class ClassBook:
         if job is not None:
             self.job_members.setdefault(job, set()).add(container)
 
+    def place(self, container: str, host: str, ts: float) -> None:
+        old = self.placed.get(container)
+        if old is not None:
+            self.host_members.get(old[0], set()).discard(container)
+        self.placed[container] = (host, ts)
+        self.host_members.setdefault(host, set()).add(container)
+
+    def forget(self, container: str) -> None:
+        """A container its host no longer lists: gone from the store, so from the book."""
+        self.set_job(container, None)
+        self.container_job.pop(container, None)
+        self.containers.pop(container, None)
+        old = self.placed.pop(container, None)
+        if old is not None:
+            self.host_members.get(old[0], set()).discard(container)
+
     @staticmethod
     def load(store: Store) -> ClassBook:
         book = ClassBook()
         for c in store.containers():
             book.containers[c["name"]] = ClassState(c["klass"], c["class_source"], c["votes"])
             book.set_job(c["name"], c["job"])
+            book.place(c["name"], c["host"], c["updated"])
         for j in store.jobs():
             book.jobs[j["name"]] = j["klass"]
         book.apps = {a: k for a, k in store.app_classes().items() if k in ("devil", "turtle")}  # type: ignore[misc]
@@ -93,6 +114,9 @@ class _Staged:
     changes: list[dict[str, Any]] = field(default_factory=list)
     states: dict[str, ClassState] = field(default_factory=dict)
     touched_jobs: dict[str, str] = field(default_factory=dict)  # job -> app
+    # Containers whose host's newest report in the batch no longer lists them: (name,
+    # host, that report's time); deleted only if still stored on that host and older.
+    expired: list[tuple[str, str, float]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -118,8 +142,11 @@ def stage(batch: list[Accepted], book: ClassBook, cfg: ClassifyConfig) -> _Stage
     rule = Hysteresis(cfg.window, cfg.votes)
     out = _Staged()
     out.nonces = [(a.signed.nonce, a.signed.timestamp) for a in batch if a.signed is not None]
+    latest: dict[str, tuple[float, set[str]]] = {}  # host -> its newest report's time, names
     for a in batch:
         r, ts = a.doc, a.ts
+        if ts > latest.get(r["host"], (-1.0, set()))[0]:
+            latest[r["host"]] = (ts, {c["name"] for c in r.get("containers", ())})
         host, interval, busy = r["host"], float(r["interval_s"]), float(r["busy_cores"])
         watts = r["power"]["watts"]
         watts = None if watts is None else float(watts)
@@ -150,11 +177,38 @@ def stage(batch: list[Accepted], book: ClassBook, cfg: ClassifyConfig) -> _Stage
             out.container_samples.append((
                 name, host, job, ts, interval, c_busy, mpki, c["intensity_source"], traffic,
             ))  # fmt: skip
-            out.containers[name] = (
-                name, host, job, app, int(c["cores"]), int(c["memory_bytes"]), c_busy, mpki,
-                state.klass, state.source, state.votes, traffic, ts, c.get("class_hint"),
-            )  # fmt: skip
+            row = out.containers.get(name)
+            if row is None or row[_UPDATED] < ts:  # as the store's upsert: the newest wins
+                out.containers[name] = (
+                    name, host, job, app, int(c["cores"]), int(c["memory_bytes"]), c_busy,
+                    mpki, state.klass, state.source, state.votes, traffic, ts,
+                    c.get("class_hint"),
+                )  # fmt: skip
             out.container_jobs[name] = job
+    out.expired = _expired(latest, out.containers, book)
+    return out
+
+
+def _expired(
+    latest: dict[str, tuple[float, set[str]]],
+    rows: dict[str, tuple[Any, ...]],
+    book: ClassBook,
+) -> list[tuple[str, str, float]]:
+    """Containers a host's newest report no longer lists: a host reports every container it
+    runs, so one it leaves out is gone (issue 15: the snapshot must keep no ghost)."""
+    where = dict(book.placed)
+    for name, row in rows.items():
+        if name not in where or where[name][1] < row[_UPDATED]:
+            where[name] = (row[1], row[_UPDATED])
+    out = []
+    for host, (ts, listed) in latest.items():
+        candidates = book.host_members.get(host, set()) | {
+            n for n, row in rows.items() if row[1] == host
+        }
+        for name in sorted(candidates - listed):
+            on, since = where[name]
+            if on == host and since < ts:
+                out.append((name, host, ts))
     return out
 
 
@@ -218,6 +272,12 @@ class Ingestor:
         self.book.containers.update(staged.states)
         for name, job in staged.container_jobs.items():
             self.book.set_job(name, job)
+        for name, row in staged.containers.items():
+            if name not in self.book.placed or self.book.placed[name][1] < row[_UPDATED]:
+                self.book.place(name, row[1], row[_UPDATED])
+        for name, host, _ in staged.expired:
+            log.info("container=%s host=%s no longer reported: removed", name, host)
+            self.book.forget(name)
         for j in jobs:
             self.book.jobs[j["name"]] = j["klass"]
             if j["klass"] is not None:
@@ -250,6 +310,7 @@ _HOST = ("b_name", "b_ts", "b_busy", "b_watts")
 _CONTAINER = ("name", "host", "job", "app", "cores", "memory_bytes", "busy_cores",
               "intensity_mpki", "klass", "class_source", "votes", "traffic", "updated",
               "class_hint")  # fmt: skip
+_UPDATED = _CONTAINER.index("updated")
 
 
 class _Statements:
@@ -270,7 +331,17 @@ class _Statements:
             _HOST,
         )
         self.containers = FastInsert(
-            upsert_statement(dialect, t.containers, _CONTAINER, ["name"]), _CONTAINER
+            upsert_statement(dialect, t.containers, _CONTAINER, ["name"], newer="updated"),
+            _CONTAINER,
+        )
+        c = t.containers.c
+        self.expire = FastInsert(
+            delete(t.containers).where(
+                (c.name == bindparam("x_name"))
+                & (c.host == bindparam("x_host"))
+                & (c.updated < bindparam("x_ts"))
+            ),
+            ("x_name", "x_host", "x_ts"),
         )
 
 
@@ -324,6 +395,7 @@ def _write_rows(conn: Connection, q: _Statements, s: _Staged, jobs: list[dict[st
     q.container_samples.run(conn, s.container_samples)
     q.hosts.run(conn, s.hosts)
     q.containers.run(conn, list(s.containers.values()))
+    q.expire.run(conn, s.expired)
     if s.changes:
         conn.execute(insert(t.classifications), s.changes)
     upsert(conn, t.jobs, jobs, ["name"])

@@ -57,10 +57,15 @@ async def accept(d: Clavisd, headers: Mapping[str, str], body: bytes) -> Answer:
     ingest = d.config.ingest
     if report.host not in d.host_names:
         return _no(422, f"unknown host {report.host!r}: not in the cluster file")
-    if ts < now - ingest.max_report_age_s:
-        return _no(422, f"stale report: {now - ts:.0f} s old (limit {ingest.max_report_age_s:g} s)")
+    # A spooled report is old but freshly signed (the signature's own time is within
+    # max_skew_s), so its age is a backlog, not a stale clock: stored up to max_backlog_s.
+    if ts < now - ingest.max_backlog_s:
+        return _no(422, f"stale report: {now - ts:.0f} s old (limit {ingest.max_backlog_s:g} s)")
     if ts > now + ingest.max_future_s:
         return _no(422, f"report timestamp is {ts - now:.0f} s in the future")
+    over = over_capacity(report, d.host_cores[report.host])
+    if over is not None:
+        return _no(422, over)
     last = d.last_report.get(report.host)
     if last is not None and ts <= last:
         return _no(409, f"report is not newer than the last one from {report.host!r}")
@@ -74,6 +79,21 @@ async def accept(d: Clavisd, headers: Mapping[str, str], body: bytes) -> Answer:
         _restore(d, report.host, last)
         return _no(503, "report could not be stored; retry later")
     return Answer(202, {"host": report.host, "timestamp": ts, "containers": len(report.containers)})
+
+
+def over_capacity(report: MonitorReport, host_cores: int) -> str | None:
+    """Why a report's containers cannot be on its host (the cluster file's cores), or None.
+    A container the host cannot hold would make every placement infeasible, so the report
+    is refused whole and named, rather than stored and poisoning every later repack."""
+    for c in report.containers:
+        if c.cores > host_cores:
+            return (f"container {c.name!r} has {c.cores} cores but host {report.host!r} has "
+                    f"{host_cores} (cluster file)")  # fmt: skip
+    total = sum(c.cores for c in report.containers)
+    if total > host_cores:
+        return (f"containers of host {report.host!r} list {total} cores but the host has "
+                f"{host_cores} (cluster file)")  # fmt: skip
+    return None
 
 
 def _restore(d: Clavisd, host: str, last: float | None) -> None:

@@ -11,6 +11,13 @@ class _Out(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class _In(BaseModel):
+    """A request body: strict types (no `true` for 1, no "2" for 2) and no NaN or infinity,
+    so a client's mistake is refused by name rather than silently changed."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+
 class ErrorBody(_Out):
     detail: str
 
@@ -27,7 +34,7 @@ class ReportAccepted(_Out):
     containers: int
 
 
-class LoginIn(_Out):
+class LoginIn(_In):
     user: str = Field(min_length=1, max_length=64)
     password: str = Field(min_length=1, max_length=1024)
 
@@ -153,7 +160,7 @@ class ProposedPlan(_Out):
     deferred: list[DeferredMove]
 
 
-class RepackIn(_Out):
+class RepackIn(_In):
     apply: bool = Field(
         default=False,
         description="Store the plan and start it; false is a dry run that stores nothing.",

@@ -124,11 +124,17 @@ def dialect_insert(dialect: str, table: Any) -> Any:
     return sqlite_insert(table) if dialect == "sqlite" else pg_insert(table)
 
 
-def upsert_statement(dialect: str, table: Any, columns: Sequence[str], key: list[str]) -> Any:
+def upsert_statement(
+    dialect: str, table: Any, columns: Sequence[str], key: list[str], newer: str | None = None
+) -> Any:
+    """INSERT or UPDATE by ``key``; with ``newer``, an existing row is updated only when the
+    new row's ``newer`` column is greater (a late row never overwrites a later one)."""
     stmt = dialect_insert(dialect, table)
+    where = None if newer is None else table.c[newer] < getattr(stmt.excluded, newer)
     return stmt.on_conflict_do_update(
         index_elements=key,
         set_={c: getattr(stmt.excluded, c) for c in columns if c not in key},
+        where=where,
     )
 
 

@@ -127,11 +127,12 @@ def store_rows(url: str, *, skip: tuple[str, ...] = ("nonces",)) -> dict[str, li
         engine.dispose()
 
 
-def worked_front() -> dict[str, Any]:
-    """A front document (`clavis pareto`'s format) of examples/worked with four points: the
-    three corners of (P, D, C) and one in the middle."""
+def worked_front(cluster: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A front document (`clavis pareto`'s format) of examples/worked's workload with four
+    points: the three corners of (P, D, C) and one in the middle; computed for ``cluster``,
+    by default the test cluster clavisd runs (``cluster_doc``), whose h1-h3 it uses."""
     worked = ROOT / "examples" / "worked"
-    cluster = yaml.safe_load((worked / "cluster.yaml").read_text())
+    cluster = cluster_doc() if cluster is None else cluster
     workload = yaml.safe_load((worked / "workload.yaml").read_text())
     assignment = yaml.safe_load((worked / "current.yaml").read_text())["assignment"]
     corners = [(1, 0, 0), (0, 1, 0), (0, 0, 1), (0.6, 0.6, 0.6)]

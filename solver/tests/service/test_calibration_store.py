@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import time
 
+import yaml
 from fastapi.testclient import TestClient
 
 from clavis.service import tables as t
 from clavis.service.daemon import Clavisd
 
-from .helpers import login, post_report, report, worked_front
+from .helpers import ROOT, cluster_doc, login, post_report, report, worked_front
 
 
 def test_front_picks_become_the_current_weights(client: TestClient) -> None:
@@ -38,6 +39,27 @@ def test_front_picks_become_the_current_weights(client: TestClient) -> None:
     assert [f["id"] for f in client.get("/api/v1/fronts", headers=view).json()] == [front["id"]]
     r = client.post("/api/v1/fronts", content=b"{}", headers=admin)
     assert r.status_code == 422 and "malformed front" in r.json()["detail"]
+
+
+def test_a_front_for_another_cluster_is_refused(client: TestClient) -> None:
+    """Issue 15, item 9: weights picked from another cluster's front would steer this one."""
+    admin = login(client, "ada")
+    worked = yaml.safe_load((ROOT / "examples" / "worked" / "cluster.yaml").read_text())
+    renamed = {**cluster_doc(), "name": "elsewhere"}
+    smaller = cluster_doc(hosts=3)
+    wider = cluster_doc(cores=16)
+    for cluster, words in (
+        (worked, "cluster 'worked', but clavisd runs 'test'"),
+        (renamed, "cluster 'elsewhere'"),
+        (smaller, "hosts not in the front: ['h4']"),
+        (wider, "host 'h1' has 16 cores in rack 'r1' in the front, 8 in rack 'r1' here"),
+    ):
+        r = client.post("/api/v1/fronts", json=worked_front(cluster), headers=admin)
+        assert r.status_code == 422, r.text
+        assert r.json()["detail"].startswith("front is for another cluster: ")
+        assert words in r.json()["detail"]
+    assert client.get("/api/v1/fronts", headers=admin).json() == []  # nothing stored
+    assert client.post("/api/v1/fronts", json=worked_front(), headers=admin).status_code == 200
 
 
 def test_retention_downsamples_then_drops(client: TestClient, clavisd: Clavisd) -> None:
