@@ -22,12 +22,20 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def write_setup(tmp: Path, port: int, hosts: tuple[str, ...] = ("h1",)) -> Path:
+# Containers without a cpuset report every core of the machine (clavis_monitor.containers
+# .cores), and clavisd refuses a report whose containers add up to more cores than the
+# host has: the test host has room for a few such containers on any machine.
+HOST_CORES = 8 * max(1, os.cpu_count() or 1)
+
+
+def write_setup(
+    tmp: Path, port: int, hosts: tuple[str, ...] = ("h1",), max_report_age_s: float = 3600
+) -> Path:
     cluster = {
         "name": "monitor-test",
         "hosts": [
-            {"name": h, "rack": "r1", "cores": 8,
-             "domains": {"count": 2, "cores_per_domain": 4},
+            {"name": h, "rack": "r1", "cores": HOST_CORES,
+             "domains": {"count": 2, "cores_per_domain": HOST_CORES // 2},
              "power": {"idle_w": 100, "peak_w": 180, "off_w": 10}}
             for h in hosts
         ],
@@ -43,17 +51,17 @@ def write_setup(tmp: Path, port: int, hosts: tuple[str, ...] = ("h1",)) -> Path:
         f'[store]\nurl = "sqlite:///{tmp / "clavis.db"}"\n'
         f'[security]\nsecret_file = "{secret}"\n'
         f'[advice]\npath = "{tmp / "advice.json"}"\n'
-        '[ingest]\nmax_report_age_s = 3600\nwriter = "thread"\n'
+        f'[ingest]\nmax_report_age_s = {max_report_age_s}\nwriter = "thread"\n'
         "[repack]\ninterval_s = 0\n"
     )
     return cfg
 
 
 class Clavisd:
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, max_report_age_s: float = 3600) -> None:
         self.tmp = tmp
         self.port = free_port()
-        self.config = write_setup(tmp, self.port)
+        self.config = write_setup(tmp, self.port, max_report_age_s=max_report_age_s)
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -86,6 +94,11 @@ class Clavisd:
                 os.kill(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout=10)
         self.proc = None
+
+    def sample_times(self, host: str) -> list[float]:
+        with sqlite3.connect(self.tmp / "clavis.db") as db:
+            rows = db.execute("SELECT ts FROM host_samples WHERE host = ? ORDER BY ts", (host,))
+            return [float(ts) for (ts,) in rows]
 
     def stored_reports(self, host: str) -> int:
         with sqlite3.connect(self.tmp / "clavis.db") as db:
