@@ -8,7 +8,8 @@ exponential backoff. Beyond ``max_reports`` or ``max_bytes`` the OLDEST spooled 
 are dropped (counted): fresh data matters more for placement, and clavisd refuses
 reports older than its ``ingest.max_backlog_s`` anyway (it stores older spooled reports
 than its freshness window, ``max_report_age_s``: their signatures are fresh). A 422
-(malformed, unknown host, stale) or 409 (not newer, e.g. a retry of a stored report) is final: dropped, counted.
+(malformed, unknown host, stale) or 409 (not newer, e.g. a retry of a stored report) is
+final: dropped, counted.
 """
 
 from __future__ import annotations
