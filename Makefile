@@ -46,6 +46,7 @@ typecheck: $(STAMP)
 	$(VENV)/bin/mypy solver/clavis contracts/clavis_contracts bench/report.py bench/solver/solver_bench.py bench/solver/realistic_bench.py \
 	    bench/pareto/pareto_bench.py \
 	    bench/ingest/ingest_bench.py bench/monitor/monitor_bench.py bench/testbed/testbed_bench.py \
+	    bench/plugin/plugin_bench.py \
 	    monitor/clavis_monitor migrator/clavis_migrator
 
 unit: $(STAMP) testbed-install postgres-install monitor-install slurm-plugin ui

@@ -5,13 +5,9 @@
 
 #include "clavis_json.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #define NAME_MAX_LEN 128
 
@@ -223,84 +219,6 @@ static int _by_name(const void *a, const void *b)
 		      ((const clavis_advice_node_t *)b)->node);
 }
 
-static int _devil_node(const clavis_advice_node_t *n)
-{
-	return n->node_class == ADV_CLASS_DEVIL || n->contention == ADV_OK ||
-	       n->contention == ADV_CONTENDED;
-}
-
-static int _by_host(const void *a, const void *b)
-{
-	return strcmp((*(clavis_advice_node_t *const *)a)->host,
-		      (*(clavis_advice_node_t *const *)b)->host);
-}
-
-static int _by_rack(const void *a, const void *b)
-{
-	return strcmp((*(clavis_advice_node_t *const *)a)->rack,
-		      (*(clavis_advice_node_t *const *)b)->rack);
-}
-
-/* Pointers to every node, sorted by `cmp`: a group of equal keys is a run.
- * RET a malloc'd array of adv->n (> 0) pointers, or NULL when out of memory. */
-static clavis_advice_node_t **_sorted(clavis_advice_t *adv,
-				      int (*cmp)(const void *, const void *))
-{
-	clavis_advice_node_t **by;
-	size_t i;
-
-	if (!(by = malloc(adv->n * sizeof(*by))))
-		return NULL;
-	for (i = 0; i < adv->n; i++)
-		by[i] = &adv->nodes[i];
-	qsort(by, adv->n, sizeof(*by), cmp);
-	return by;
-}
-
-/* Set host_has_devil of every node in O(n log n): group the nodes by host. */
-static int _mark_devil_hosts(clavis_advice_t *adv)
-{
-	clavis_advice_node_t **by_host;
-	size_t i, j, k;
-	int devil;
-
-	if (!adv->n)
-		return 0;
-	if (!(by_host = _sorted(adv, _by_host)))
-		return -1;
-	for (i = 0; i < adv->n; i = j) {
-		devil = 0;
-		for (j = i; j < adv->n && !strcmp(by_host[j]->host, by_host[i]->host);
-		     j++)
-			devil |= _devil_node(by_host[j]);
-		for (k = i; k < j; k++)
-			by_host[k]->host_has_devil = devil;
-	}
-	free(by_host);
-	return 0;
-}
-
-/* Number the racks (rack_id, n_racks) in O(n log n), so that the plugin counts the
- * nodes per rack in an array, never by comparing rack names per node. */
-static int _number_racks(clavis_advice_t *adv)
-{
-	clavis_advice_node_t **by_rack;
-	size_t i;
-
-	if (!adv->n)
-		return 0;
-	if (!(by_rack = _sorted(adv, _by_rack)))
-		return -1;
-	for (i = 0; i < adv->n; i++) {
-		if (i && strcmp(by_rack[i]->rack, by_rack[i - 1]->rack))
-			adv->n_racks++;
-		by_rack[i]->rack_id = adv->n_racks;
-	}
-	adv->n_racks++;
-	free(by_rack);
-	return 0;
-}
-
 static int _header(const jv_t *doc, clavis_advice_t *out, const char **why)
 {
 	static const char *const keys[] = { "schema_version", "kind", "generated",
@@ -405,7 +323,7 @@ int clavis_advice_parse(const char *text, size_t len, clavis_advice_t *out,
 			*why = "a node is listed twice";
 			goto fail;
 		}
-	if (_mark_devil_hosts(out) < 0 || _number_racks(out) < 0) {
+	if (clavis_advice_index(out) < 0) {
 		*why = "out of memory";
 		goto fail;
 	}
@@ -429,6 +347,7 @@ void clavis_advice_free(clavis_advice_t *adv)
 		free(adv->nodes[i].rack);
 	}
 	free(adv->nodes);
+	free(adv->slots);
 	for (i = 0; i < adv->n_apps; i++)
 		free(adv->apps[i].key);
 	free(adv->apps);
@@ -440,17 +359,6 @@ int clavis_advice_fresh(const clavis_advice_t *adv, double now)
 	double age = now - adv->generated;
 
 	return age <= adv->valid_s && age >= -CLAVIS_ADVICE_MAX_AHEAD_S;
-}
-
-const clavis_advice_node_t *clavis_advice_find(const clavis_advice_t *adv,
-					       const char *name)
-{
-	clavis_advice_node_t key = { .node = (char *)name };
-
-	if (!adv->n)
-		return NULL;
-	return bsearch(&key, adv->nodes, adv->n, sizeof(*adv->nodes),
-		       _by_name);
 }
 
 const clavis_advice_app_t *clavis_advice_find_app(const clavis_advice_t *adv,
@@ -478,113 +386,4 @@ int clavis_app_key(char *buf, size_t size, unsigned long uid, const char *name)
 	if (n < 0 || (size_t)n >= size)
 		return -1;
 	return 0;
-}
-
-int clavis_advice_host_has_devil(const clavis_advice_t *adv, const char *host)
-{
-	size_t i;
-
-	for (i = 0; i < adv->n; i++)
-		if (!strcmp(adv->nodes[i].host, host) && _devil_node(&adv->nodes[i]))
-			return 1;
-	return 0;
-}
-
-/* Read the whole (regular, bounded) file behind `fd`. RET malloc'd text or NULL. */
-static char *_read_all(int fd, size_t size, const char **why)
-{
-	char *text = malloc(size + 1);
-	size_t got = 0;
-	ssize_t n;
-
-	if (!text) {
-		*why = "out of memory";
-		return NULL;
-	}
-	while (got < size) {
-		n = read(fd, text + got, size - got);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			break;
-		got += (size_t)n;
-	}
-	if (got != size) {
-		free(text);
-		*why = "short read (file changed while read)";
-		return NULL;
-	}
-	text[got] = '\0';
-	return text;
-}
-
-static int _same_file(const clavis_advice_cache_t *c, const struct stat *st)
-{
-	return c->have && c->dev == st->st_dev && c->ino == st->st_ino &&
-	       c->size == st->st_size &&
-	       c->mtime.tv_sec == st->st_mtim.tv_sec &&
-	       c->mtime.tv_nsec == st->st_mtim.tv_nsec;
-}
-
-/* Read and parse into the cache; the cache records the outcome either way. */
-static void _reload(clavis_advice_cache_t *c, int fd, const struct stat *st)
-{
-	char *text;
-
-	clavis_advice_free(&c->adv);
-	c->have = 1;
-	c->ok = 0;
-	c->dev = st->st_dev;
-	c->ino = st->st_ino;
-	c->size = st->st_size;
-	c->mtime = st->st_mtim;
-	if (!(text = _read_all(fd, (size_t)st->st_size, &c->why)))
-		return;
-	c->ok = !clavis_advice_parse(text, (size_t)st->st_size, &c->adv,
-				     &c->why);
-	free(text);
-}
-
-const clavis_advice_t *clavis_advice_load(clavis_advice_cache_t *c, double now,
-					  const char **why, int *changed)
-{
-	struct stat st;
-	int fd;
-
-	*changed = 0;
-	fd = open(c->path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
-	if (fd < 0) {
-		*why = errno == ENOENT ? "missing" : "cannot be opened";
-		return NULL;
-	}
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-		(void)close(fd);
-		*why = "not a regular file";
-		return NULL;
-	}
-	if ((size_t)st.st_size > c->max_bytes) {
-		(void)close(fd);
-		*why = "larger than its size limit";
-		return NULL;
-	}
-	if (!_same_file(c, &st)) {
-		_reload(c, fd, &st);
-		*changed = 1;
-	}
-	(void)close(fd);
-	if (!c->ok) {
-		*why = c->why;
-		return NULL;
-	}
-	if (!clavis_advice_fresh(&c->adv, now)) {
-		*why = "stale (older than its valid_s)";
-		return NULL;
-	}
-	return &c->adv;
-}
-
-void clavis_advice_cache_free(clavis_advice_cache_t *c)
-{
-	clavis_advice_free(&c->adv);
-	c->have = c->ok = 0;
 }

@@ -8,6 +8,7 @@
 #define CLAVIS_ADVICE_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 #include <time.h>
 
@@ -58,6 +59,10 @@ typedef struct {
 	size_t n;
 	clavis_advice_node_t *nodes; /* sorted by node name */
 	size_t n_racks; /* distinct racks of the nodes */
+	/* derived: the node names' hash index (clavis_advice_index.c) */
+	uint32_t *slots;
+	size_t n_slots;
+	uint64_t seed;
 	size_t n_apps;
 	clavis_advice_app_t *apps; /* sorted by key; none in a v1 file */
 } clavis_advice_t;
@@ -71,7 +76,12 @@ void clavis_advice_free(clavis_advice_t *adv);
  * future by more than CLAVIS_ADVICE_MAX_AHEAD_S), else 0. */
 int clavis_advice_fresh(const clavis_advice_t *adv, double now);
 
-/* The entry of node `name`, or NULL (binary search). */
+/* Derive host_has_devil, rack_id/n_racks and the name index of a parsed advice
+ * (clavis_advice_parse calls it). RET 0, -1 out of memory. */
+int clavis_advice_index(clavis_advice_t *adv);
+
+/* The entry of node `name`, or NULL (the hash index: one hash of `name`, as a rule
+ * one comparison). */
 const clavis_advice_node_t *clavis_advice_find(const clavis_advice_t *adv,
 					       const char *name);
 

@@ -64,7 +64,8 @@ static int _parse(const char *path, double now)
 	for (i = 0; i < adv.n; i++) {
 		/* the flag derived at parse time is what the plugin uses */
 		if (adv.nodes[i].host_has_devil !=
-		    clavis_advice_host_has_devil(&adv, adv.nodes[i].host))
+			    clavis_advice_host_has_devil(&adv, adv.nodes[i].host) ||
+		    clavis_advice_find(&adv, adv.nodes[i].node) != &adv.nodes[i])
 			return 4;
 		printf("%s %s %s %s %s %d\n", adv.nodes[i].node,
 		       adv.nodes[i].host, adv.nodes[i].rack,

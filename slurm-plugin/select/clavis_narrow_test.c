@@ -75,7 +75,7 @@ static void _free_table(table_t *t)
 	free(t->in);
 }
 
-/* As select_clavis.c's _cands: one binary search per candidate. */
+/* As select_clavis.c's _cands: one lookup per candidate. */
 static void _cands(const clavis_advice_t *adv, const table_t *t,
 		   const clavis_advice_node_t **entry, clavis_cands_t *c)
 {

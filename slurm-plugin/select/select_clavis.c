@@ -189,7 +189,7 @@ static int _job_is_devil(const clavis_advice_t *adv, job_record_t *job_ptr,
 	return app->app_class == ADV_CLASS_DEVIL;
 }
 
-/* The advice entry of every candidate node: one binary search per node, shared by
+/* The advice entry of every candidate node: one lookup per node, shared by
  * both narrowed sets. The caller xfree()s entry and in. */
 static void _cands(const clavis_advice_t *adv, bitstr_t *bitmap,
 		   clavis_cands_t *c)
