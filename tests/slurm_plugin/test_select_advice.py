@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from clavis_contracts.advice import AdviceApp, AdviceFile, AdviceNode
+from clavis_contracts.advice import MAX_AHEAD_S, MAX_VALID_S, AdviceApp, AdviceFile, AdviceNode
 from clavis_contracts.application import MAX_NAME_BYTES, app_key
 
 from .minicluster import BUILD, REPO, slurm_available
@@ -141,6 +141,30 @@ def test_valid_s_is_bounded(tmp_path: Path) -> None:
     assert drive("parse", str(f), str(NOW)).startswith("stale")
     f.write_text(json.dumps({**far, "valid_s": 1e300}))
     assert drive("load", str(f), str(NOW), "100000").startswith("none: valid_s")
+
+
+def test_freshness_bounds_are_the_contracts(tmp_path: Path) -> None:
+    """The C reader and clavis_contracts.advice agree on which valid_s is allowed and on
+    when a file is fresh, at the bounds and just past them."""
+    header = (REPO / "slurm-plugin/select/clavis_advice.h").read_text()
+    assert f"#define CLAVIS_ADVICE_MAX_VALID_S {MAX_VALID_S}" in header
+    assert f"#define CLAVIS_ADVICE_MAX_AHEAD_S {MAX_AHEAD_S}" in header
+    f = tmp_path / "advice.json"
+    for valid_s in (0.5, 180.0, MAX_VALID_S, MAX_VALID_S + 0.5, 1e308):
+        doc = {**GOOD, "valid_s": valid_s}
+        f.write_text(json.dumps(doc))
+        try:
+            model: AdviceFile | None = AdviceFile.model_validate(doc)
+        except ValueError:
+            model = None
+        for now in (NOW - MAX_AHEAD_S - 0.5, NOW - MAX_AHEAD_S, NOW, NOW + valid_s,
+                    NOW + valid_s + 0.5):  # fmt: skip
+            out = drive("parse", str(f), str(now))
+            if model is None:
+                assert out.startswith("refused: valid_s"), (valid_s, out)
+            else:
+                want = "fresh" if model.fresh(now) else "stale"
+                assert out.startswith(want), (valid_s, now, out)
 
 
 def test_rfc3339() -> None:
