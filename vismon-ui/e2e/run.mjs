@@ -103,6 +103,7 @@ try {
     const text = await page.textContent("#run-text");
     check(/done: \d+ schedules, hypervolume/.test(text), `the run says what it found: ${text}`);
     await page.waitForFunction(() => (window.vismon?.ids.length ?? 0) >= 3 && document.querySelectorAll(".screen canvas").length >= 3);
+    check((await page.locator(".parallel canvas").count()) >= 1, "the parallel-coordinates view is drawn");
     await shot("02-front-done");
   });
 
@@ -141,6 +142,18 @@ try {
     await shot("04-cluster");
   });
 
+  await step("the admin dry-runs a repack and sees the moves and P/D/C/M before and after", async () => {
+    await page.click("#dry-run");
+    await page.waitForSelector("#repack-decision", { timeout: 90000 });
+    const decision = await page.getAttribute("#repack-decision", "data-decision");
+    check(["no-change", "below-margin", "planned", "deferred", "no-solution"].includes(decision), `a decision: ${decision}`);
+    if (decision === "planned") {
+      await page.waitForSelector("table.objectives");
+      check((await page.locator("table[aria-label='proposed moves'] tbody tr").count()) >= 1, "moves listed");
+    }
+    await shot("05-repack-dry-run");
+  });
+
   await step("logging out returns to the login page", async () => {
     await page.click("text=Log out");
     await page.waitForSelector("form.login");
@@ -157,12 +170,12 @@ try {
     const buttons = await page.$$eval("button", (bs) => bs.map((b) => b.textContent.trim()));
     const allowed = new Set(["Log out", "Calibrate", "×"]);
     check(buttons.every((b) => allowed.has(b)), `only reading controls: ${buttons}`);
-    await shot("05-viewer-calibrate");
+    await shot("06-viewer-calibrate");
     await page.click("a[href='#/cluster']");
     await page.waitForSelector("table.hosts tbody tr");
     const clusterButtons = await page.$$eval("button", (bs) => bs.map((b) => b.textContent.trim()));
     check(clusterButtons.join() === "Log out", `only log out on Cluster: ${clusterButtons}`);
-    await shot("06-viewer-cluster");
+    await shot("07-viewer-cluster");
   });
 
   await step("an expired session returns to the login page", async () => {
@@ -172,7 +185,7 @@ try {
       await fetch("/api/v1/logout", { method: "POST", headers: { Authorization: `Bearer ${s.token}` } });
     });
     await page.waitForSelector("text=Your session expired", { timeout: 15000 });
-    await shot("07-expired");
+    await shot("08-expired");
   });
 
   check(errors.length === 0, `no script errors in the page: ${errors.join("; ")}`);

@@ -1,12 +1,20 @@
 // The Pareto screens: one ECharts scatter per pair of objectives, linked so that hovering
 // or picking a schedule on one shows it on all (thesis §5.5.1, after Vismon).
 import * as echarts from "echarts/core";
-import { LineChart, ScatterChart } from "echarts/charts";
-import { GridComponent, TooltipComponent } from "echarts/components";
+import { LineChart, ParallelChart, ScatterChart } from "echarts/charts";
+import { GridComponent, ParallelComponent, TooltipComponent } from "echarts/components";
 import { CanvasRenderer } from "echarts/renderers";
 import { COLOURS, indexById, screenData, type Axis, type FrontLike } from "./shape";
 
-echarts.use([ScatterChart, LineChart, GridComponent, TooltipComponent, CanvasRenderer]);
+echarts.use([
+  ScatterChart,
+  LineChart,
+  ParallelChart,
+  GridComponent,
+  ParallelComponent,
+  TooltipComponent,
+  CanvasRenderer,
+]);
 
 export interface Screens {
   setPicks(ids: readonly number[]): void;
@@ -140,6 +148,45 @@ export function hypervolumeCurve(el: HTMLElement): {
     add(gen, hv) {
       data.push([gen, hv]);
       chart.setOption({ series: [{ data }] });
+    },
+    dispose: () => chart.dispose(),
+  };
+}
+
+/** Every schedule as a line across all objectives (parallel coordinates); the picks drawn
+ * black and thick, the hovered schedule highlighted. */
+export function parallelView(
+  el: HTMLElement,
+  front: FrontLike,
+  objectives: Axis[],
+): { hover(id: number | null): void; setPicks(ids: readonly number[]): void; dispose(): void } {
+  const chart = echarts.init(el, undefined, { renderer: "canvas" });
+  const index = indexById(front);
+  const row = (p: FrontLike["points"][number]) => objectives.map((a) => p.normalised[a]);
+  chart.setOption({
+    animation: false,
+    parallel: { left: 40, right: 60, top: 30, bottom: 24 },
+    parallelAxis: objectives.map((a, dim) => ({ dim, name: NAMES[a], min: 0, max: 1 })),
+    series: [
+      {
+        id: "all",
+        type: "parallel",
+        data: front.points.map(row),
+        lineStyle: { color: COLOURS.point, width: 1, opacity: 0.6 },
+        emphasis: { lineStyle: { color: COLOURS.hovered, width: 3, opacity: 1 } },
+      },
+      { id: "picked", type: "parallel", data: [], lineStyle: { color: COLOURS.picked, width: 2.5, opacity: 1 } },
+    ],
+  });
+  return {
+    hover(id) {
+      chart.dispatchAction({ type: "downplay", seriesIndex: 0 });
+      const i = id === null ? undefined : index.get(id);
+      if (i !== undefined) chart.dispatchAction({ type: "highlight", seriesIndex: 0, dataIndex: i });
+    },
+    setPicks(ids) {
+      const picked = new Set(ids);
+      chart.setOption({ series: [{ id: "picked", data: front.points.filter((p) => picked.has(p.id)).map(row) }] });
     },
     dispose: () => chart.dispose(),
   };

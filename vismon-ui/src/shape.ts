@@ -241,3 +241,27 @@ export function ago(seconds: number | null): string {
   if (seconds < 5400) return `${Math.round(seconds / 60)} min ago`;
   return `${Math.round(seconds / 3600)} h ago`;
 }
+
+export interface ObjectiveRow {
+  name: string;
+  before: string;
+  after: string;
+}
+
+const UNITS: Record<Axis, [string, number]> = { P: ["W", 1], D: ["", 2], C: ["B/s", 3], M: ["GiB", 2] };
+
+/** P, D, C, M before → after from a plan's summary (`objectives.before/after`, raw
+ * values as clavisd stores them); nothing when the summary has none. */
+export function objectiveRows(summary: Record<string, unknown>): ObjectiveRow[] {
+  const o = summary.objectives as { before?: Partial<Values>; after?: Partial<Values> } | undefined;
+  if (!o?.before || !o.after) return [];
+  return (["P", "D", "C", "M"] as Axis[]).map((k) => {
+    const [unit, digits] = UNITS[k];
+    const show = (x: number | undefined) => {
+      if (x === undefined) return "—";
+      if (k === "M") return `${(x / 2 ** 30).toFixed(2)} GiB`; // memory moved, bytes
+      return `${k === "C" ? x.toPrecision(digits) : x.toFixed(digits)}${unit ? ` ${unit}` : ""}`;
+    };
+    return { name: k, before: show(o.before?.[k]), after: show(o.after?.[k]) };
+  });
+}

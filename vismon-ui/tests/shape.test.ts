@@ -6,6 +6,7 @@ import {
   classColour,
   hostRows,
   indexById,
+  objectiveRows,
   outcomeRows,
   pickProblem,
   progressShare,
@@ -139,5 +140,18 @@ describe("SSE parser", () => {
       { event: "end", data: "{}" },
     ]);
     expect(p.feed("data: a\ndata: b\n\n")).toEqual([{ event: "message", data: "a\nb" }]);
+  });
+});
+
+describe("plan objectives", () => {
+  it("shows P, D, C, M before and after with units, nothing without them", () => {
+    const rows = objectiveRows({
+      objectives: { before: { P: 612.34, D: 4, C: 123456, M: 0 }, after: { P: 580, D: 0, C: 0, M: 3 * 2 ** 30 } },
+    });
+    expect(rows.map((r) => r.name)).toEqual(["P", "D", "C", "M"]);
+    expect(rows[0]).toEqual({ name: "P", before: "612.3 W", after: "580.0 W" });
+    expect(rows[2]).toEqual({ name: "C", before: "1.23e+5 B/s", after: "0.00 B/s" });
+    expect(rows[3]).toEqual({ name: "M", before: "0.00 GiB", after: "3.00 GiB" });
+    expect(objectiveRows({ message: "no objectives" })).toEqual([]);
   });
 });

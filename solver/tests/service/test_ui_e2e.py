@@ -48,7 +48,8 @@ def test_vismon_end_to_end(tmp_path: Path) -> None:
                       (Path("/usr/bin/chromium"), "Debian's chromium")):  # fmt: skip
         assert need.exists(), f"{need} is missing ({why}): run `make ui` (make test does)"
     port = free_port()
-    cfg = write_setup(tmp_path, port=port, extra="[repack]\ninterval_s = 0\n")
+    repack = "[repack]\ninterval_s = 0\ntime_limit_s = 5\nworkers = 1\n"
+    cfg = write_setup(tmp_path, port=port, extra=repack)
     ui_dir = f'[server]\nui_dir = "{UI / "dist"}"\n'
     cfg.write_text(cfg.read_text().replace("[server]\n", ui_dir))
     daemon = Daemon(cfg, port, tmp_path / "clavisd.log")
@@ -66,7 +67,7 @@ def test_vismon_end_to_end(tmp_path: Path) -> None:
         print(run.stdout)
         assert run.returncode == 0, f"{run.stdout}\n{run.stderr}\n{daemon.log.read_text()[-3000:]}"
         assert "0 failed" in run.stdout
-        for name in ("01-login", "03-calibrate", "04-cluster", "06-viewer-cluster"):
+        for name in ("01-login", "03-calibrate", "04-cluster", "05-repack-dry-run"):
             assert (artifacts / f"{name}.png").stat().st_size > 1000
     finally:
         daemon.stop()

@@ -1,7 +1,7 @@
 // Calibrate: pick a stored front or start one of the live cluster, pick at least three
 // schedules on the linked Pareto screens, see both methods' weights, make them current.
 import { ApiError, type Ok } from "../api/client";
-import { hypervolumeCurve, paretoScreens, type Screens } from "../charts";
+import { hypervolumeCurve, parallelView, paretoScreens, type Screens } from "../charts";
 import { empty, failure, h, loading, swap } from "../dom";
 import type { Ctx } from "../main";
 import { readEvents } from "../sse";
@@ -42,11 +42,13 @@ export function calibratePage(ctx: Ctx, main: HTMLElement): void {
   let frontId: number | null = null;
   let picks: number[] = [];
   let view: Screens | null = null;
+  let lines: ReturnType<typeof parallelView> | null = null;
   let stream: AbortController | null = null;
   window.vismon = { screens: null, frontId: null, ids: [] };
   ctx.onLeave(() => {
     stream?.abort();
     view?.dispose();
+    lines?.dispose();
   });
 
   // --- stored fronts ------------------------------------------------------------------
@@ -83,7 +85,9 @@ export function calibratePage(ctx: Ctx, main: HTMLElement): void {
 
   async function openFront(id: number): Promise<void> {
     view?.dispose();
+    lines?.dispose();
     view = null;
+    lines = null;
     picks = [];
     swap(screensBox, h("h2", { id: "screens-h" }, "Trade-offs"), loading(`front #${id}`));
     try {
@@ -95,18 +99,23 @@ export function calibratePage(ctx: Ctx, main: HTMLElement): void {
     }
     const grid = h("div", { class: "screens" });
     const hover = h("p", { class: "hover", "aria-live": "polite" }, "Hover a schedule to see it on every screen.");
+    const parallel = h("div", { class: "parallel", role: "img", "aria-label": "every schedule across all objectives" });
     swap(
       screensBox,
       h("h2", { id: "screens-h" }, `Trade-offs of front #${id} (${front.points.length} schedules)`),
       grid,
       hover,
+      h("h3", {}, "All objectives"),
+      parallel,
     );
     const f = front;
+    lines = parallelView(parallel, f, f.search.objectives as Axis[]);
     view = paretoScreens(
       grid,
       f,
       screens(f.search.objectives as Axis[]),
       (pid) => {
+        lines?.hover(pid);
         const p = pid === null ? undefined : f.points.find((q) => q.id === pid);
         hover.textContent = p
           ? `Schedule ${p.id}: P ${p.raw.P.toFixed(1)} W · D ${p.raw.D.toFixed(2)} · C ${p.raw.C.toPrecision(3)} B/s` +
@@ -125,6 +134,7 @@ export function calibratePage(ctx: Ctx, main: HTMLElement): void {
   // --- picks, calibration, make current ------------------------------------------------
   function renderSide(result: HTMLElement | null): void {
     view?.setPicks(picks);
+    lines?.setPicks(picks);
     const problem = pickProblem(picks);
     const list = h(
       "ul",

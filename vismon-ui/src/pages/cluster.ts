@@ -2,6 +2,7 @@
 // in force and the advice's state; refreshed every few seconds.
 import { empty, failure, h, loading, swap } from "../dom";
 import type { Ctx } from "../main";
+import { renderPlans, repackPanel } from "./plans";
 import { ago, classColour, fmt, hostRows, type ContainerLike, type HostRow } from "../shape";
 
 const REFRESH_MS = 5000;
@@ -59,10 +60,19 @@ export function clusterPage(ctx: Ctx, main: HTMLElement): void {
       h("span", { class: `chip ${k}`, style: `--c: ${classColour(k === "contended" ? "devil" : k, k === "contended")}` }, `${GLYPH[k]} ${k === "contended" ? "contended devil" : k}`),
     ),
   );
-  main.append(h("h1", {}, "Cluster"), legend, h("div", { class: "cluster-grid" }, hostsBox, h("div", {}, weightsBox, adviceBox)));
+  const planBox = h("section", { class: "panel", "aria-labelledby": "plan-h" }, h("h2", { id: "plan-h" }, "Plan"), loading("plans"));
+  const repackBox = h("section", { class: "panel", "aria-labelledby": "repack-h" });
+  const admin = ctx.session.role === "admin";
+  main.append(
+    h("h1", {}, "Cluster"),
+    legend,
+    h("div", { class: "cluster-grid" }, h("div", {}, hostsBox, planBox, admin ? repackBox : null), h("div", {}, weightsBox, adviceBox)),
+  );
+  if (admin) repackPanel(ctx.api, repackBox, () => void renderPlans(ctx.api, planBox));
 
   async function refresh(): Promise<void> {
     const now = Date.now() / 1000;
+    void renderPlans(ctx.api, planBox);
     const [hosts, containers, weights, advice] = await Promise.allSettled([
       ctx.api.get("/api/v1/hosts"),
       ctx.api.get("/api/v1/containers"),
