@@ -66,6 +66,8 @@ async function pickOn(k) {
   await page.mouse.move(box.x + target.x, box.y + target.y);
   // Linked hover: the schedule is named under the screens wherever it is hovered.
   await page.waitForFunction((id) => document.querySelector(".hover")?.textContent?.startsWith(`Schedule ${id}:`), target.id);
+  // The placement drawing follows the hover: racks, hosts and one mark per container.
+  await page.waitForSelector(`#placement-drawing[data-schedule="${target.id}"] svg.placement`);
   await page.mouse.click(box.x + target.x, box.y + target.y);
   await page.waitForFunction((id) => [...document.querySelectorAll("ul.picks li")].some((li) => li.textContent.startsWith(`schedule ${id} `)), target.id);
   return target.id;

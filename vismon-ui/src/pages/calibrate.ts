@@ -4,6 +4,7 @@ import { ApiError, type Ok } from "../api/client";
 import { hypervolumeCurve, parallelView, paretoScreens, type Screens } from "../charts";
 import { empty, failure, h, loading, swap } from "../dom";
 import type { Ctx } from "../main";
+import { drawPlacement } from "../drawing";
 import { readEvents } from "../sse";
 import {
   fmt,
@@ -100,6 +101,7 @@ export function calibratePage(ctx: Ctx, main: HTMLElement): void {
     const grid = h("div", { class: "screens" });
     const hover = h("p", { class: "hover", "aria-live": "polite" }, "Hover a schedule to see it on every screen.");
     const parallel = h("div", { class: "parallel", role: "img", "aria-label": "every schedule across all objectives" });
+    const drawing = h("div", { class: "drawing", id: "placement-drawing" });
     swap(
       screensBox,
       h("h2", { id: "screens-h" }, `Trade-offs of front #${id} (${front.points.length} schedules)`),
@@ -107,8 +109,29 @@ export function calibratePage(ctx: Ctx, main: HTMLElement): void {
       hover,
       h("h3", {}, "All objectives"),
       parallel,
+      h("h3", {}, "Placement"),
+      drawing,
     );
     const f = front;
+    // The hovered schedule's placement, redrawn at most once a frame.
+    let pending: number | null = null;
+    let frame = 0;
+    const draw = (pid: number) => {
+      pending = pid;
+      if (frame) return;
+      frame = requestAnimationFrame(() => {
+        frame = 0;
+        const p = f.points.find((q) => q.id === pending);
+        if (!p) return;
+        drawing.dataset.schedule = String(p.id);
+        swap(
+          drawing,
+          h("p", { class: "hint" }, `Schedule ${p.id}: dashed lines are flows across racks (slow links), thicker for more traffic.`),
+          drawPlacement(f.cluster, f.workload, p.assignment, `placement of schedule ${p.id}`),
+        );
+      });
+    };
+    if (f.points[0]) draw(f.points[0].id);
     lines = parallelView(parallel, f, f.search.objectives as Axis[]);
     view = paretoScreens(
       grid,
@@ -116,6 +139,7 @@ export function calibratePage(ctx: Ctx, main: HTMLElement): void {
       screens(f.search.objectives as Axis[]),
       (pid) => {
         lines?.hover(pid);
+        if (pid !== null) draw(pid);
         const p = pid === null ? undefined : f.points.find((q) => q.id === pid);
         hover.textContent = p
           ? `Schedule ${p.id}: P ${p.raw.P.toFixed(1)} W · D ${p.raw.D.toFixed(2)} · C ${p.raw.C.toPrecision(3)} B/s` +
