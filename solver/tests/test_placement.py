@@ -221,6 +221,30 @@ def test_fathom_keeps_other_devils_off_an_isolated_devils_host() -> None:
     assert evaluate(inst, got).D == 8  # B lags (both devils on one host), A does not
 
 
+def test_fathom_keeps_a_lagging_jobs_turtles_with_its_devils() -> None:
+    # A's devil is isolated on h0. R, a ring of devil, turtle, devil, turtle, is not:
+    # its devils keep off h0, and so do its turtles, or every ring flow would cross hosts.
+    hosts = [host(f"h{i}", cores=8, domains=1) for i in range(3)]
+    ring = ["r0", "r1", "r2", "r3"]
+    flows = [{"src": ring[k], "dst": ring[(k + 1) % 4], "bytes_per_s": 1.0} for k in range(4)]
+    jobs = [
+        {"name": "A", "containers": [container("a0", 1, mpki=15)]},
+        {
+            "name": "R",
+            "containers": [
+                container(n, 1, mpki=15 if k % 2 == 0 else 0.5) for k, n in enumerate(ring)
+            ],
+            "traffic": flows,
+        },
+    ]
+    inst = instance(hosts, jobs)
+    got = fathom.isolating(inst, frozenset({0}))
+    assert got is not None and violations(inst, got) == []
+    assert len({got[k] for k in range(1, 5)}) == 1 and got[1] != got[0]
+    assert evaluate(inst, got).C == 0.0
+    assert evaluate(inst, got).D == 2.0  # R lags (two devils on one host), A does not
+
+
 def test_fathom_packs_the_cheapest_racks_first() -> None:
     # Rack r1 (listed first) holds dear 16-core hosts, r2 cheap 64-core ones: a core of a
     # full host costs 11.4 W on r1 and 8.2 W on r2, so the packed schedule powers one r2

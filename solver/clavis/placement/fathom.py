@@ -63,7 +63,16 @@ def isolating(
     def by_job(i: int) -> tuple[int, int]:
         return (inst.containers[i].job, near[i])
 
-    turtles = deque(sorted((i for i, c in enumerate(inst.containers) if not c.devil), key=by_job))
+    # Jobs with devils that are not isolated: their devils keep off the isolated hosts,
+    # so their turtles do too, or a ring of alternating devils and turtles would be cut
+    # at every flow (seen on a realistic snapshot: a 256-ring's traffic x 80).
+    crowded = {c.job for c in inst.containers if c.devil and c.job not in isolate}
+    turtles = deque(
+        sorted(
+            (i for i, c in enumerate(inst.containers) if not c.devil and c.job not in crowded),
+            key=by_job,
+        )
+    )
     lonely = sorted(
         (i for i, c in enumerate(inst.containers) if c.devil and c.job in isolate), key=by_job
     )
@@ -109,7 +118,7 @@ def isolating(
 
     for i in rest:
         need = inst.containers[i].cores
-        spot = fit("crowd", need) if inst.containers[i].devil else None
+        spot = fit("crowd", need) if inst.containers[i].job in crowded else None
         spot = spot if spot is not None else fit("all", need)
         if spot is None:
             return None
