@@ -175,3 +175,25 @@ def test_the_ui_is_served_when_configured(tmp_path: Path) -> None:
     (dist / "index.html").unlink()
     with pytest.raises(ConfigError, match=r"no index\.html"):
         load_config(cfg)
+
+
+def test_history_of_calibrations_and_class_changes(client: TestClient) -> None:
+    admin, view = login(client, "ada"), login(client, "vic")
+    assert client.get("/api/v1/history/calibrations", headers=view).json() == []
+    fid = client.post("/api/v1/fronts", json=worked_front(), headers=admin).json()["id"]
+    for picks in ([0, 1, 2], [0, 1, 3]):
+        r = client.post(f"/api/v1/fronts/{fid}/picks", json={"picks": picks, "method": "inverse"},
+                        headers=admin)  # fmt: skip
+        assert r.status_code == 200, r.text
+    cal = client.get("/api/v1/history/calibrations", headers=view).json()
+    assert [c["picks"] for c in cal] == [[0, 1, 3], [0, 1, 2]]  # newest first
+    assert all(c["user"] == "ada" and c["method"] == "inverse" for c in cal)
+    current = client.get("/api/v1/weights", headers=view).json()
+    assert cal[0]["weights"]["C"] == current["C"]
+    assert len(client.get("/api/v1/history/calibrations?limit=1", headers=view).json()) == 1
+    assert client.get("/api/v1/history/calibrations?limit=0", headers=view).status_code == 422
+    contended(client)  # eight devil votes each: a1, b1, a2, b2 become devils
+    changes = client.get("/api/v1/history/class-changes", headers=view).json()
+    assert {c["container"] for c in changes} == {"a1", "b1", "a2", "b2"}
+    assert all(c["klass"] == "devil" for c in changes)
+    assert client.get("/api/v1/history/class-changes").status_code == 401

@@ -215,6 +215,46 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/history/calibrations": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Calibrations
+         * @description Weights made current, newest first (POST /weights or /fronts/{id}/picks).
+         */
+        get: operations["calibrations_api_v1_history_calibrations_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/history/class-changes": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Class Changes
+         * @description Containers' class changes, newest first (docs/clavisd.md, classification).
+         */
+        get: operations["class_changes_api_v1_history_class_changes_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/hosts": {
         parameters: {
             query?: never;
@@ -476,6 +516,25 @@ export interface components {
             /** Valid S */
             valid_s: number;
         };
+        /** CalibrationEntry */
+        CalibrationEntry: {
+            /** Created */
+            created: number;
+            /** Front Sha256 */
+            front_sha256: string;
+            /** Id */
+            id: number;
+            /**
+             * Method
+             * @enum {string}
+             */
+            method: "thesis" | "inverse";
+            /** Picks */
+            picks: number[];
+            /** User */
+            user: string;
+            weights: components["schemas"]["ObjectiveValues"];
+        };
         /** CalibrationOutcome */
         CalibrationOutcome: {
             /**
@@ -523,6 +582,21 @@ export interface components {
              * @description Why `clavis calibrate` without --method would refuse (a method failed); the other method's weights can still be made current by naming it.
              */
             refusal: string | null;
+        };
+        /** ClassChange */
+        ClassChange: {
+            /** Container */
+            container: string;
+            /** Id */
+            id: number;
+            /** Job */
+            job: string | null;
+            /** Klass */
+            klass: string;
+            /** Source */
+            source: string;
+            /** Ts */
+            ts: number;
         };
         /** Cluster */
         Cluster: {
@@ -2127,6 +2201,106 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Health"];
+                };
+            };
+        };
+    };
+    calibrations_api_v1_history_calibrations_get: {
+        parameters: {
+            query?: {
+                /** @description Newest entries first, at most this many. */
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CalibrationEntry"][];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    class_changes_api_v1_history_class_changes_get: {
+        parameters: {
+            query?: {
+                /** @description Newest entries first, at most this many. */
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ClassChange"][];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
                 };
             };
         };
