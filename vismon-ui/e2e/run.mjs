@@ -156,6 +156,21 @@ try {
     await shot("05-repack-dry-run");
   });
 
+  await step("History lists the calibration with who made it, and filters", async () => {
+    await page.click("a[href='#/history']");
+    await page.waitForSelector("table.history tbody tr");
+    const cal = page.locator("tr[data-kind='calibration']");
+    check((await cal.count()) === 1, "one calibration");
+    check((await cal.first().textContent()).includes("ada"), "made by ada");
+    check((await page.locator("tr[data-kind='class']").count()) >= 4, "the devils' class changes");
+    await page.fill("#history-filter", "ada");
+    await page.waitForFunction(() => document.querySelectorAll("table.history tbody tr").length === 1);
+    await page.fill("#history-filter", "no-such-thing");
+    await page.waitForSelector("text=No entry matches the filter.");
+    await page.fill("#history-filter", "");
+    await shot("06-history");
+  });
+
   await step("logging out returns to the login page", async () => {
     await page.click("text=Log out");
     await page.waitForSelector("form.login");
@@ -172,12 +187,15 @@ try {
     const buttons = await page.$$eval("button", (bs) => bs.map((b) => b.textContent.trim()));
     const allowed = new Set(["Log out", "Calibrate", "×"]);
     check(buttons.every((b) => allowed.has(b)), `only reading controls: ${buttons}`);
-    await shot("06-viewer-calibrate");
+    await shot("07-viewer-calibrate");
     await page.click("a[href='#/cluster']");
     await page.waitForSelector("table.hosts tbody tr");
     const clusterButtons = await page.$$eval("button", (bs) => bs.map((b) => b.textContent.trim()));
     check(clusterButtons.join() === "Log out", `only log out on Cluster: ${clusterButtons}`);
-    await shot("07-viewer-cluster");
+    await shot("08-viewer-cluster");
+    await page.click("a[href='#/history']");
+    await page.waitForSelector("table.history tbody tr");
+    check((await page.$$eval("button", (bs) => bs.map((b) => b.textContent.trim()))).join() === "Log out", "only log out on History");
   });
 
   await step("an expired session returns to the login page", async () => {
@@ -186,8 +204,9 @@ try {
       const s = JSON.parse(sessionStorage.getItem("clavis.session"));
       await fetch("/api/v1/logout", { method: "POST", headers: { Authorization: `Bearer ${s.token}` } });
     });
+    await page.click("a[href='#/cluster']"); // its first request meets the 401
     await page.waitForSelector("text=Your session expired", { timeout: 15000 });
-    await shot("08-expired");
+    await shot("09-expired");
   });
 
   check(errors.length === 0, `no script errors in the page: ${errors.join("; ")}`);

@@ -1,4 +1,5 @@
-// vismon: the Clavis admin's web UI (issue 16). Hash routes: #/login, #/calibrate, #/cluster.
+// vismon: the Clavis admin's web UI (issue 16). Hash routes: #/login, #/calibrate,
+// #/cluster, #/history.
 import "./style.css";
 import { Client } from "./api/client";
 import { h } from "./dom";
@@ -6,6 +7,7 @@ import * as session from "./session";
 import { loginPage } from "./pages/login";
 import { calibratePage } from "./pages/calibrate";
 import { clusterPage } from "./pages/cluster";
+import { historyPage } from "./pages/history";
 
 export interface Ctx {
   api: Client;
@@ -37,7 +39,7 @@ function nav(s: session.Session, active: string): HTMLElement {
     "header",
     { class: "top" },
     h("strong", { class: "brand" }, "Clavis"),
-    h("nav", { "aria-label": "pages" }, link("#/calibrate", "Calibrate"), link("#/cluster", "Cluster")),
+    h("nav", { "aria-label": "pages" }, link("#/calibrate", "Calibrate"), link("#/cluster", "Cluster"), link("#/history", "History")),
     h("span", { class: "who", "data-role": s.role }, `${s.user} (${s.role})`),
     h(
       "button",
@@ -70,10 +72,11 @@ function render(): void {
     return;
   }
   const ctx: Ctx = { api, session: s, onLeave: (f) => leaving.push(f) };
-  const route = path === "/cluster" ? "#/cluster" : "#/calibrate";
+  const route = path === "/cluster" ? "#/cluster" : path === "/history" ? "#/history" : "#/calibrate";
   const main = h("main", { id: "main" });
   root.replaceChildren(nav(s, route), main);
   if (route === "#/cluster") clusterPage(ctx, main);
+  else if (route === "#/history") historyPage(ctx, main);
   else calibratePage(ctx, main);
 }
 

@@ -265,3 +265,30 @@ export function objectiveRows(summary: Record<string, unknown>): ObjectiveRow[] 
     return { name: k, before: show(o.before?.[k]), after: show(o.after?.[k]) };
   });
 }
+
+export type HistoryKind = "calibration" | "plan" | "class";
+
+export interface HistoryEntry {
+  kind: HistoryKind;
+  ts: number;
+  who: string; // user, or the container for a class change
+  what: string;
+  detail: string;
+}
+
+/** The History page's filter: entries of the chosen kinds whose words contain every word
+ * of the query (case-insensitive), newest first. */
+export function filterHistory(
+  entries: HistoryEntry[],
+  query: string,
+  kinds: ReadonlySet<HistoryKind>,
+): HistoryEntry[] {
+  const words = query.toLowerCase().split(/\s+/).filter(Boolean);
+  return entries
+    .filter((e) => kinds.has(e.kind))
+    .filter((e) => {
+      const text = `${e.kind} ${e.who} ${e.what} ${e.detail}`.toLowerCase();
+      return words.every((w) => text.includes(w));
+    })
+    .sort((a, b) => b.ts - a.ts);
+}

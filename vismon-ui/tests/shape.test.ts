@@ -4,6 +4,7 @@ import {
   SseParser,
   ago,
   classColour,
+  filterHistory,
   hostRows,
   indexById,
   objectiveRows,
@@ -153,5 +154,23 @@ describe("plan objectives", () => {
     expect(rows[2]).toEqual({ name: "C", before: "1.23e+5 B/s", after: "0.00 B/s" });
     expect(rows[3]).toEqual({ name: "M", before: "0.00 GiB", after: "3.00 GiB" });
     expect(objectiveRows({ message: "no objectives" })).toEqual([]);
+  });
+});
+
+describe("history filter", () => {
+  const entries = [
+    { kind: "calibration" as const, ts: 10, who: "ada", what: "weights #1 (thesis)", detail: "P 0.3" },
+    { kind: "plan" as const, ts: 30, who: "clavisd", what: "plan #4 done", detail: "a1 h1→h2 done" },
+    { kind: "class" as const, ts: 20, who: "a1", what: "devil", detail: "job a, from samples" },
+  ];
+  const all = new Set(["calibration", "plan", "class"] as const);
+  it("lists newest first and keeps entries with every word", () => {
+    expect(filterHistory(entries, "", all).map((e) => e.ts)).toEqual([30, 20, 10]);
+    expect(filterHistory(entries, "A1", all).map((e) => e.kind)).toEqual(["plan", "class"]);
+    expect(filterHistory(entries, "a1 devil", all).map((e) => e.kind)).toEqual(["class"]);
+    expect(filterHistory(entries, "nobody", all)).toEqual([]);
+  });
+  it("keeps only the chosen kinds", () => {
+    expect(filterHistory(entries, "", new Set(["calibration"] as const)).map((e) => e.who)).toEqual(["ada"]);
   });
 });
