@@ -139,6 +139,9 @@ try {
     check((await page.locator("table.hosts tbody tr").count()) === 4, "four hosts");
     check((await page.locator(".chip.devil, .chip.contended").count()) >= 1, "devils are shown");
     check((await page.locator("td .chip.turtle").count()) >= 1, "turtles are shown");
+    await page.waitForSelector("#cluster-drawing svg.placement");
+    check((await page.locator("#cluster-drawing svg.placement polygon").count()) === 4, "four devils drawn");
+    check((await page.locator("#cluster-drawing svg.placement line").count()) >= 1, "cross-rack traffic drawn");
     await page.waitForSelector("[data-source='calibrated']");
     await page.waitForSelector("#advice-state");
     await shot("04-cluster");
@@ -185,7 +188,7 @@ try {
     await page.click("#calibrate"); // a preview: it stores nothing
     await page.waitForSelector("text=Recommended:");
     const buttons = await page.$$eval("button", (bs) => bs.map((b) => b.textContent.trim()));
-    const allowed = new Set(["Log out", "Calibrate", "×"]);
+    const allowed = new Set(["Log out", "Calibrate", "×", "Pick"]); // picks are the viewer's own, unsaved
     check(buttons.every((b) => allowed.has(b)), `only reading controls: ${buttons}`);
     await shot("07-viewer-calibrate");
     await page.click("a[href='#/cluster']");

@@ -37,7 +37,8 @@ export function drawPlacement(
   const r = SIZES.dot / 2;
   for (const d of L.dots) {
     const colour = classColour(d.klass, d.contended);
-    // Shape repeats the class: circle turtle, triangle devil, diamond contended devil.
+    // Shape repeats the class: circle turtle, triangle devil, diamond contended devil,
+    // square unknown.
     const shape =
       d.klass === "devil"
         ? el("polygon", {
@@ -47,7 +48,9 @@ export function drawPlacement(
             fill: colour,
             stroke: "#1a1a1a",
           })
-        : el("circle", { cx: d.x, cy: d.y, r: r - 1, fill: colour, stroke: "#1a1a1a" });
+        : d.klass === "unknown"
+          ? el("rect", { x: d.x - r + 2, y: d.y - r + 2, width: 2 * r - 4, height: 2 * r - 4, fill: colour, stroke: "#1a1a1a" })
+          : el("circle", { cx: d.x, cy: d.y, r: r - 1, fill: colour, stroke: "#1a1a1a" });
     shape.append(el("title", {}, `${d.name} (job ${d.job}): ${d.contended ? "contended devil" : d.klass} on ${d.host}`));
     svg.append(shape);
   }

@@ -9,7 +9,7 @@ export interface WorkloadDoc {
   devil_threshold_mpki: number;
   jobs: {
     name: string;
-    containers: { name: string; intensity_mpki: number; class?: "devil" | "turtle" | null }[];
+    containers: { name: string; intensity_mpki: number; class?: Klass | null }[];
     traffic?: { src: string; dst: string; bytes_per_s: number }[];
   }[];
 }
@@ -52,7 +52,8 @@ export interface Layout {
 export const SIZES = { rackGap: 24, hostW: 150, hostH: 44, hostGap: 8, pad: 22, dot: 14 };
 
 /** A container's class as the solver sees it: its given class, else its intensity
- * against the workload's threshold (docs/objectives.md). */
+ * against the workload's threshold (docs/objectives.md). The Cluster page gives clavisd's
+ * effective class, which may be unknown. */
 export function classOf(c: WorkloadDoc["jobs"][number]["containers"][number], threshold: number): Klass {
   if (c.class) return c.class;
   return c.intensity_mpki >= threshold ? "devil" : "turtle";
@@ -128,4 +129,46 @@ export function placementLayout(
   const width = racks.length * (hostW + 16 + rackGap) - rackGap;
   const height = Math.max(0, ...rackBoxes.map((r) => r.h)) + 4;
   return { width: Math.max(width, 0), height, racks: rackBoxes, hosts: hostBoxes, dots, links };
+}
+
+export interface LiveContainer {
+  name: string;
+  host: string;
+  job: string | null;
+  intensity_mpki: number | null;
+  effective_class: Klass;
+  traffic: Record<string, number>;
+}
+
+/** The Cluster page's drawing input from clavisd's /hosts and /containers: containers
+ * grouped by job (a container without one is its own), classed as clavisd treats them,
+ * and their traffic to peers of the same job (C counts only a job's own flows). */
+export function liveDocs(
+  hosts: { name: string; rack: string; cores: number }[],
+  containers: LiveContainer[],
+): { cluster: ClusterDoc; workload: WorkloadDoc; assignment: Record<string, string> } {
+  const jobs = new Map<string, LiveContainer[]>();
+  for (const c of containers) {
+    const key = c.job ?? `node-${c.name}`;
+    jobs.set(key, [...(jobs.get(key) ?? []), c]);
+  }
+  return {
+    cluster: { hosts: hosts.map((h) => ({ name: h.name, rack: h.rack, cores: h.cores })) },
+    workload: {
+      devil_threshold_mpki: Infinity, // every container carries its class
+      jobs: [...jobs.entries()].map(([name, cs]) => {
+        const members = new Set(cs.map((c) => c.name));
+        return {
+          name,
+          containers: cs.map((c) => ({ name: c.name, intensity_mpki: c.intensity_mpki ?? 0, class: c.effective_class })),
+          traffic: cs.flatMap((c) =>
+            Object.entries(c.traffic)
+              .filter(([peer, bps]) => members.has(peer) && bps > 0)
+              .map(([peer, bps]) => ({ src: c.name, dst: peer, bytes_per_s: bps })),
+          ),
+        };
+      }),
+    },
+    assignment: Object.fromEntries(containers.map((c) => [c.name, c.host])),
+  };
 }

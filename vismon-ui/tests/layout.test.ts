@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { classOf, placementLayout, type ClusterDoc, type WorkloadDoc } from "../src/layout";
+import { classOf, liveDocs, placementLayout, type ClusterDoc, type WorkloadDoc } from "../src/layout";
 
 const cluster: ClusterDoc = {
   hosts: [
@@ -57,5 +57,24 @@ describe("placement layout", () => {
     expect(L.links[0]!.width).toBe(6);
     // Same rack: no slow link, no line.
     expect(placementLayout(cluster, workload, { a1: "h1", a2: "h3", b1: "h2", b2: "h2" }).links).toEqual([]);
+  });
+});
+
+describe("the live cluster's drawing", () => {
+  it("groups clavisd's containers by job, keeps their classes and same-job traffic", () => {
+    const live = (name: string, host: string, job: string | null, k: "devil" | "turtle" | "unknown", traffic = {}) => ({
+      name, host, job, intensity_mpki: null, effective_class: k, traffic,
+    });
+    const docs = liveDocs(cluster.hosts, [
+      live("a1", "h1", "a", "devil", { a2: 5e7, x9: 1e9 }),
+      live("a2", "h2", "a", "devil"),
+      live("n1", "h3", null, "unknown"),
+    ]);
+    expect(docs.workload.jobs.map((j) => j.name)).toEqual(["a", "node-n1"]);
+    expect(docs.workload.jobs[0]!.traffic).toEqual([{ src: "a1", dst: "a2", bytes_per_s: 5e7 }]);
+    expect(docs.assignment).toEqual({ a1: "h1", a2: "h2", n1: "h3" });
+    const L = placementLayout(docs.cluster, docs.workload, docs.assignment);
+    expect(L.dots.find((d) => d.name === "n1")!.klass).toBe("unknown");
+    expect(L.links).toHaveLength(1); // h1 (r1) to h2 (r0): a slow link
   });
 });

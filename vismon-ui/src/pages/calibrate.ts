@@ -172,12 +172,29 @@ export function calibratePage(ctx: Ctx, main: HTMLElement): void {
         ),
       ),
     );
+    // Picking by id, for the keyboard (the screens take the mouse).
+    const byId = h("input", { id: "pick-id", type: "number", min: 0, "aria-label": "schedule id to pick or unpick" });
+    const pickForm = h("form", { class: "pick-form" }, h("label", { for: "pick-id" }, "Schedule id "), byId, h("button", { type: "submit" }, "Pick"));
+    const idMessage = h("span", { class: "hint", role: "status" });
+    pickForm.append(idMessage);
+    pickForm.addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      const id = Number(byId.value);
+      if (!front?.points.some((p) => p.id === id)) {
+        idMessage.textContent = ` no schedule ${byId.value} in this front`;
+        return;
+      }
+      picks = togglePick(picks, id);
+      renderSide(null);
+      (side.querySelector("#pick-id") as HTMLInputElement | null)?.focus();
+    });
     const calibrate = h("button", { type: "button", id: "calibrate", disabled: problem !== null || front === null }, "Calibrate");
     calibrate.addEventListener("click", () => void runCalibrate());
     swap(
       side,
       h("h2", { id: "picks-h" }, "Picks"),
       front === null ? empty("Open a front to pick schedules.") : picks.length ? list : empty("Click schedules you find acceptable on any screen."),
+      front === null ? null : pickForm,
       h("p", { class: "hint" }, problem ?? `${picks.length} picked`),
       calibrate,
       result,

@@ -2,13 +2,15 @@
 // in force and the advice's state; refreshed every few seconds.
 import { empty, failure, h, loading, swap } from "../dom";
 import type { Ctx } from "../main";
+import { drawPlacement } from "../drawing";
+import { liveDocs } from "../layout";
 import { renderPlans, repackPanel } from "./plans";
 import { ago, classColour, fmt, hostRows, type ContainerLike, type HostRow } from "../shape";
 
 const REFRESH_MS = 5000;
 const FRESH_S = 120; // clavisd's ingest.max_report_age_s default: older hosts count as silent
 
-const GLYPH = { turtle: "●", devil: "▲", contended: "◆", unknown: "?" } as const;
+const GLYPH = { turtle: "●", devil: "▲", contended: "◆", unknown: "■" } as const;
 
 function chip(c: ContainerLike, contended: boolean): HTMLElement {
   const kind = c.effective_class === "devil" && contended ? "contended" : c.effective_class;
@@ -60,13 +62,14 @@ export function clusterPage(ctx: Ctx, main: HTMLElement): void {
       h("span", { class: `chip ${k}`, style: `--c: ${classColour(k === "contended" ? "devil" : k, k === "contended")}` }, `${GLYPH[k]} ${k === "contended" ? "contended devil" : k}`),
     ),
   );
+  const drawingBox = h("section", { class: "panel drawing", id: "cluster-drawing", "aria-labelledby": "drawing-h" }, h("h2", { id: "drawing-h" }, "Placement"), loading("the placement"));
   const planBox = h("section", { class: "panel", "aria-labelledby": "plan-h" }, h("h2", { id: "plan-h" }, "Plan"), loading("plans"));
   const repackBox = h("section", { class: "panel", "aria-labelledby": "repack-h" });
   const admin = ctx.session.role === "admin";
   main.append(
     h("h1", {}, "Cluster"),
     legend,
-    h("div", { class: "cluster-grid" }, h("div", {}, hostsBox, planBox, admin ? repackBox : null), h("div", {}, weightsBox, adviceBox)),
+    h("div", { class: "cluster-grid" }, h("div", {}, hostsBox, drawingBox, planBox, admin ? repackBox : null), h("div", {}, weightsBox, adviceBox)),
   );
   if (admin) repackPanel(ctx.api, repackBox, () => void renderPlans(ctx.api, planBox));
 
@@ -92,6 +95,15 @@ export function clusterPage(ctx: Ctx, main: HTMLElement): void {
         rows.length > 0 && anyReport && containers.value.length === 0 ? empty("No container is running.") : null,
         rows.length > 0 ? hostTable(rows) : null,
       );
+      if (containers.value.length > 0) {
+        const docs = liveDocs(hosts.value, containers.value);
+        swap(
+          drawingBox,
+          h("h2", { id: "drawing-h" }, "Placement"),
+          h("p", { class: "hint" }, "Dashed lines: a job's traffic across racks (slow links), thicker for more."),
+          drawPlacement(docs.cluster, docs.workload, docs.assignment, "the current placement"),
+        );
+      } else swap(drawingBox, h("h2", { id: "drawing-h" }, "Placement"), empty("No container to draw."));
     }
     if (weights.status === "rejected") swap(weightsBox, h("h2", { id: "weights-h" }, "Weights in force"), failure("read the weights", weights.reason));
     else {
