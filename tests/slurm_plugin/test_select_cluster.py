@@ -118,6 +118,10 @@ def test_without_usable_advice_placement_equals_cons_tres(tmp_path: Path) -> Non
         "missing": None,
         "corrupt": b'{"schema_version":1,"nodes":[{"node":"n1"',
         "stale": json.dumps(advice_doc({"n1": "devil"}, age_s=3600)).encode(),
+        # a year ahead, valid for ever: was taken as fresh (issue 15 item 10)
+        "valid-for-ever": json.dumps(
+            {**advice_doc({"n1": "devil"}, age_s=-365 * 86400), "valid_s": 1e12}
+        ).encode(),
         "huge": json.dumps(advice_doc({"n1": "devil"})).encode() + b" " * 8192,
     }
     for name, data in variants.items():
