@@ -10,6 +10,11 @@
 #include <string.h>
 
 #define NAME_MAX_LEN 128
+/* The most JSON values a valid document has: the header's few, per node an object
+ * and its 5 strings, per application an object and its 3 values. A 4 MiB file of
+ * anything else would build a tree of ~100 MB in slurmctld before being refused. */
+#define MAX_VALUES \
+	(16 + 6 * (size_t)CLAVIS_ADVICE_MAX_NODES + 4 * (size_t)CLAVIS_ADVICE_MAX_APPS)
 
 static int _name_ok(const char *s)
 {
@@ -297,7 +302,7 @@ int clavis_advice_parse(const char *text, size_t len, clavis_advice_t *out,
 	jv_t doc;
 
 	memset(out, 0, sizeof(*out));
-	if (jv_parse(text, len, &doc, why, &at) < 0)
+	if (jv_parse(text, len, MAX_VALUES, &doc, why, &at) < 0)
 		return -1;
 	if (_header(&doc, out, why) < 0)
 		goto fail;

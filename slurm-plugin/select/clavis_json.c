@@ -11,6 +11,7 @@
 typedef struct {
 	const char *p, *end, *start;
 	const char *why;
+	size_t values, max_values; /* parsed so far, and the caller's limit */
 } jp_t;
 
 /* a number's text longer than this is refused: the advice's are short (Python's
@@ -333,6 +334,9 @@ static int _value(jp_t *jp, jv_t *out, int depth)
 {
 	if (depth > CLAVIS_JSON_MAX_DEPTH)
 		return _err(jp, "nested too deep");
+	/* the tree costs memory per value: bounded before the schema is looked at */
+	if (++jp->values > jp->max_values)
+		return _err(jp, "too many values");
 	_ws(jp);
 	if (jp->p >= jp->end)
 		return _err(jp, "value expected");
@@ -359,10 +363,11 @@ static int _value(jp_t *jp, jv_t *out, int depth)
 	}
 }
 
-int jv_parse(const char *text, size_t len, jv_t *out, const char **why,
-	     size_t *at)
+int jv_parse(const char *text, size_t len, size_t max_values, jv_t *out,
+	     const char **why, size_t *at)
 {
-	jp_t jp = { .p = text, .end = text + len, .start = text };
+	jp_t jp = { .p = text, .end = text + len, .start = text,
+		    .max_values = max_values };
 
 	memset(out, 0, sizeof(*out));
 	if (_value(&jp, out, 0) == 0) {

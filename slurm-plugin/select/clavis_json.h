@@ -21,10 +21,10 @@ typedef struct jv {
 	char **keys; /* JV_OBJ: one per item */
 } jv_t;
 
-/* Parse `len` bytes. RET 0, or -1 with a static reason in *why (and *at, the byte
- * offset). */
-int jv_parse(const char *text, size_t len, jv_t *out, const char **why,
-	     size_t *at);
+/* Parse `len` bytes, refused beyond `max_values` values (each costs a jv_t).
+ * RET 0, or -1 with a static reason in *why (and *at, the byte offset). */
+int jv_parse(const char *text, size_t len, size_t max_values, jv_t *out,
+	     const char **why, size_t *at);
 void jv_free(jv_t *v);
 
 /* The member `key` of an object, or NULL. */

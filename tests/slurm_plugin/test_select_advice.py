@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -255,6 +256,7 @@ def node(**changes: object) -> bytes:
         (b'{"kind" 1}', "':' expected"),
         (b"{1:2}", "object key expected"),
         (b"[" * 20 + b"]" * 20, "nested too deep"),
+        (b'{"nodes":[' + b"0," * 700_000 + b"0]}", "too many values"),
         (b"tru", "invalid literal"),
     ],
 )
@@ -399,3 +401,23 @@ def test_utf8_read_as_python_reads_it(tmp_path: Path) -> None:
         f.write_bytes(doc)
         out = drive("parse", str(f), str(NOW))
         assert f"1000:{name} " in out, out
+
+
+def test_memory_bounded_on_a_wide_file(tmp_path: Path) -> None:
+    """A 4 MiB file of two million values is refused before its tree outgrows what the
+    largest valid advice needs (about 100 MB of tree before the bound, inside
+    slurmctld, at each change of the file)."""
+    f = tmp_path / "advice.json"
+    f.write_bytes(b'{"nodes":[' + b"0," * ((4 << 20) // 2 - 8) + b"0]}")
+    probe = (
+        "import resource, subprocess, sys\n"
+        "out = subprocess.run(sys.argv[1:], capture_output=True, text=True).stdout\n"
+        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, out)\n"
+    )
+    cp = subprocess.run(
+        [sys.executable, "-c", probe, str(DRIVER), "parse", str(f), str(NOW)],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    kib, out = cp.stdout.split(" ", 1)
+    assert out.strip() == "refused: too many values"
+    assert int(kib) < 64 << 10, kib
