@@ -8,7 +8,7 @@ include deploy/testbed/testbed.mk
 
 .PHONY: demo demo-parapluie test lint typecheck unit bench-solver bench-pareto bench-ingest schemas clean \
 	bench-realistic bench-realistic-quick postgres-install monitor-install bench-monitor bench-testbed slurm-plugin \
-	ui-install ui ui-test
+	ui-install ui ui-test bench-ui
 
 $(STAMP): solver/requirements.lock solver/pyproject.toml contracts/pyproject.toml monitor/pyproject.toml migrator/pyproject.toml \
 	    deploy/bootstrap/python.sh
@@ -45,7 +45,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy solver/clavis contracts/clavis_contracts bench/report.py bench/solver/solver_bench.py bench/solver/realistic_bench.py \
 	    bench/pareto/pareto_bench.py \
-	    bench/ingest/ingest_bench.py bench/monitor/monitor_bench.py bench/testbed/testbed_bench.py \
+	    bench/ingest/ingest_bench.py bench/monitor/monitor_bench.py bench/testbed/testbed_bench.py bench/ui/hover_bench.py \
 	    bench/plugin/plugin_bench.py \
 	    monitor/clavis_monitor migrator/clavis_migrator
 
@@ -70,6 +70,10 @@ ui: ui-install
 
 ui-test: ui-install
 	cd vismon-ui && npx --no-install tsc --noEmit && npx --no-install eslint . && npx --no-install vitest run
+
+# vismon's hover latency on a 2,000-schedule front in chromium (issue 16; under the lock)
+bench-ui: $(STAMP) ui
+	flock /tmp/clavis-bench.lock $(PY) bench/ui/hover_bench.py
 
 # nftables and ipmitool for the monitor's tests (deploy/bootstrap/monitor.sh)
 monitor-install:

@@ -11,7 +11,9 @@ export default tseslint.config(
     files: ["e2e/**/*.mjs"],
     // Node for the script; the page functions it passes to evaluate() run in the browser.
     languageOptions: {
-      globals: { process: "readonly", console: "readonly", window: "readonly", document: "readonly", sessionStorage: "readonly", fetch: "readonly" },
+      globals: Object.fromEntries(
+        ["process", "console", "window", "document", "sessionStorage", "fetch", "requestAnimationFrame", "performance", "MouseEvent"].map((g) => [g, "readonly"]),
+      ),
     },
   },
 );
