@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import insert
+from sqlalchemy import insert, select
 
 from clavis.documents import InputError
 from clavis.instance import build_instance
-from clavis.model import Front
+from clavis.model import Front, Placement
 from clavis.pareto import (
     Generation,
     PlacementProblem,
@@ -61,10 +61,32 @@ class FrontRunSettings(BaseModel):
     with_migration: bool = Field(
         default=False, description="Add M (migration from the current placement) as a 4th axis."
     )
+    from_front: int | None = Field(
+        default=None,
+        ge=1,
+        le=2**62,
+        description="Search the cluster, workload and current placement of this stored front "
+        "(e.g. a representative workload's, from `clavis pareto`) instead of the live cluster.",
+    )
 
 
 class RunBusyError(Exception):
     """Another run is in progress; the message names it."""
+
+
+class NoSuchFrontError(LookupError):
+    """``from_front`` names no stored front."""
+
+
+def front_source(store: Store, front_id: int) -> Snapshot:
+    """A stored front's inputs as the run's snapshot: its cluster, workload and current
+    placement (none for a front computed without one)."""
+    with store.engine.connect() as conn:
+        doc = conn.execute(select(t.fronts.c.doc).where(t.fronts.c.id == front_id)).scalar()
+    if doc is None:
+        raise NoSuchFrontError(f"no front {front_id}")
+    front = Front.model_validate_json(doc)
+    return Snapshot(front.cluster, front.workload, front.current or Placement(assignment={}))
 
 
 @dataclass
@@ -119,19 +141,24 @@ class FrontRunner:
             return next((r for r in self._runs.values() if r.state == "running"), None)
 
     def start(self, settings: FrontRunSettings, user: str, now: float) -> FrontRun:
-        """Snapshot the cluster and start the search in a thread. RunBusyError when a run
-        is in progress; InputError when the cluster gives nothing to place."""
+        """Snapshot the cluster (or read a stored front's inputs) and start the search in a
+        thread. RunBusyError when a run is in progress; NoSuchFrontError for an unknown
+        ``from_front``; InputError when there is nothing to place."""
         with self.changed:
             busy = self.current()
             if busy is not None:
                 raise RunBusyError(f"front run {busy.id} is in progress (started by "
                                    f"{busy.user}); cancel it or wait for it")  # fmt: skip
-            snap = self._snapshot(now)
+            if settings.from_front is not None:
+                snap = front_source(self._store, settings.from_front)
+            else:
+                snap = self._snapshot(now)
             if snap.workload is None:
                 raise InputError("no container has reported yet: the cluster has nothing to place")
             if settings.with_migration and not snap.current.assignment:
                 raise InputError("with_migration needs a current placement")
-            inst = build_instance(snap.cluster, snap.workload, snap.current, "current placement")
+            current = snap.current if snap.current.assignment else None
+            inst = build_instance(snap.cluster, snap.workload, current, "current placement")
             run = FrontRun(id=self._next_id, user=user, settings=settings, started=now)
             self._next_id += 1
             self._runs[run.id] = run
@@ -202,7 +229,8 @@ class FrontRunner:
             assert snap.workload is not None  # start() refused a snapshot without one
             front = front_document(
                 problem, result, cluster=snap.cluster, workload=snap.workload,
-                current=snap.current, algorithm=s.algorithm, population=s.population,
+                current=snap.current if snap.current.assignment else None,
+                algorithm=s.algorithm, population=s.population,
                 seed=s.seed, seed_time=s.seed_time, seconds=time.monotonic() - start,
             )  # fmt: skip
             if front is None:

@@ -30,7 +30,13 @@ from clavis.pareto import Generation
 from clavis.service import tables as t
 from clavis.service.auth import token_digest
 from clavis.service.calibration_api import _front_row, _outcome
-from clavis.service.front_runs import FrontRun, FrontRunner, FrontRunSettings, RunBusyError
+from clavis.service.front_runs import (
+    FrontRun,
+    FrontRunner,
+    FrontRunSettings,
+    NoSuchFrontError,
+    RunBusyError,
+)
 
 if TYPE_CHECKING:
     from clavis.service.daemon import Clavisd
@@ -152,7 +158,7 @@ def router(admin: Any, viewer: Any, errors: dict[int | str, dict[str, Any]]) -> 
         return run
 
     @r.post("/front-runs", status_code=202, response_model=FrontRunOut,
-            responses={**errors, 409: err, 422: err})  # fmt: skip
+            responses={**errors, 404: err, 409: err, 422: err})  # fmt: skip
     def start_run(request: Request, body: FrontRunSettings, user: str = admin) -> FrontRunOut:
         """Start a front of the live cluster (NSGA-II by default). 409 while one runs, or
         when the cluster's state gives nothing to search (no container reported yet); 422
@@ -161,6 +167,8 @@ def router(admin: Any, viewer: Any, errors: dict[int | str, dict[str, Any]]) -> 
             run = runner_of(request).start(body, user, time.time())
         except RunBusyError as exc:
             raise HTTPException(409, str(exc)) from None
+        except NoSuchFrontError as exc:
+            raise HTTPException(404, str(exc)) from None
         except InputError as exc:
             raise HTTPException(409, f"cannot start a front: {exc}") from None
         return run_out(run)

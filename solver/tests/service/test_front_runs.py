@@ -197,3 +197,23 @@ def test_history_of_calibrations_and_class_changes(client: TestClient) -> None:
     assert {c["container"] for c in changes} == {"a1", "b1", "a2", "b2"}
     assert all(c["klass"] == "devil" for c in changes)
     assert client.get("/api/v1/history/class-changes").status_code == 401
+
+
+def test_a_run_on_a_stored_fronts_workload(client: TestClient) -> None:
+    """A representative workload (a stored front's inputs) instead of the live cluster,
+    which here has not reported at all."""
+    admin = login(client, "ada")
+    source = client.post("/api/v1/fronts", json=worked_front(), headers=admin).json()["id"]
+    r = client.post("/api/v1/front-runs", json={**SMALL, "from_front": 99}, headers=admin)
+    assert r.status_code == 404 and "no front 99" in r.json()["detail"]
+    r = client.post("/api/v1/front-runs", json={**SMALL, "from_front": source,
+                                                "with_migration": True}, headers=admin)  # fmt: skip
+    assert r.status_code == 409 and "needs a current placement" in r.json()["detail"]
+    run = client.post("/api/v1/front-runs", json={**SMALL, "from_front": source}, headers=admin)
+    assert run.status_code == 202, run.text
+    done = _wait(client, run.json()["id"], admin)
+    assert done["state"] == "done" and done["settings"]["from_front"] == source
+    doc = client.get(f"/api/v1/fronts/{done['front_id']}", headers=admin).json()
+    given = Front.model_validate(worked_front()).workload
+    assert doc["workload"] == given.model_dump(mode="json", by_alias=True)
+    assert doc["current"] is None and len(doc["points"]) >= 1

@@ -887,6 +887,11 @@ export interface components {
              */
             algorithm: "nsga2" | "nsga3" | "smsemoa";
             /**
+             * From Front
+             * @description Search the cluster, workload and current placement of this stored front (e.g. a representative workload's, from `clavis pareto`) instead of the live cluster.
+             */
+            from_front?: number | null;
+            /**
              * Generations
              * @default 100
              */
@@ -1694,6 +1699,15 @@ export interface operations {
             };
             /** @description Forbidden */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not Found */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };

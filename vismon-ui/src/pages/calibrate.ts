@@ -283,12 +283,28 @@ export function calibratePage(ctx: Ctx, main: HTMLElement): void {
       num("generations", "Generations ", 40, 1, 2000),
       num("seed", "Seed ", 0, 0, 2147483647),
       num("seed-time", "CP-SAT seeding (s) ", 0.2, 0, 10, 0.1),
+      h(
+        "label",
+        { for: "from-front" },
+        "Workload of front # ",
+        h("input", { id: "from-front", type: "number", min: 1, placeholder: "live cluster", "aria-describedby": "from-front-hint" }),
+      ),
+      h("span", { id: "from-front-hint", class: "hint" }, "Empty: the live cluster; a front's id: its cluster and workload (e.g. a representative one)."),
       h("button", { type: "submit", id: "start-run" }, "Start a front of the live cluster"),
     );
     form.addEventListener("submit", (ev) => {
       ev.preventDefault();
       const val = (id: string) => Number((form.querySelector(`#${id}`) as HTMLInputElement).value);
-      const settings = { algorithm: "nsga2" as const, with_migration: false, population: val("population"), generations: val("generations"), seed: val("seed"), seed_time: val("seed-time") };
+      const from = (form.querySelector("#from-front") as HTMLInputElement).value;
+      const settings = {
+        algorithm: "nsga2" as const,
+        with_migration: false,
+        population: val("population"),
+        generations: val("generations"),
+        seed: val("seed"),
+        seed_time: val("seed-time"),
+        from_front: from ? Number(from) : null,
+      };
       ctx.api
         .post("/api/v1/front-runs", settings)
         .then((run) => watch(run))
