@@ -133,6 +133,18 @@ try {
     await page.waitForSelector(`text=current (${made}), by ada`);
   });
 
+  await step("a front with M as a fourth axis has six screens", async () => {
+    await page.fill("#population", "12");
+    await page.fill("#generations", "4");
+    await page.fill("#seed-time", "0");
+    await page.check("#with-migration");
+    await page.click("#start-run");
+    await page.waitForSelector('#run-text[data-state="done"]', { timeout: 120000 });
+    await page.waitForFunction(() => window.vismon?.frontId === 2 && document.querySelectorAll(".screen canvas").length === 6);
+    const axes = await page.$$eval(".screen", (els) => els.map((e) => e.dataset.screen));
+    check(axes.join() === "P-D,P-C,P-M,D-C,D-M,C-M", `six pairs: ${axes}`);
+  });
+
   await step("the Cluster page shows hosts, classes, the new weights and the advice", async () => {
     await page.click("a[href='#/cluster']");
     await page.waitForSelector("table.hosts tbody tr");
@@ -181,7 +193,9 @@ try {
 
   await step("a viewer sees every page and no control that changes state", async () => {
     await login("vic", "viewer-pass");
-    await page.waitForFunction(() => (window.vismon?.ids.length ?? 0) >= 3);
+    await page.waitForFunction(() => window.vismon?.frontId === 2);
+    await page.selectOption("#front-select", "1");
+    await page.waitForFunction(() => window.vismon?.frontId === 1 && window.vismon.ids.length >= 3);
     check((await page.locator("#start-run").count()) === 0, "no start button");
     check((await page.locator("#cancel-run").count()) === 0, "no cancel button");
     for (const k of [0, 1, 2]) await pickOn(k);

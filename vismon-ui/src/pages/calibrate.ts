@@ -290,6 +290,7 @@ export function calibratePage(ctx: Ctx, main: HTMLElement): void {
         h("input", { id: "from-front", type: "number", min: 1, placeholder: "live cluster", "aria-describedby": "from-front-hint" }),
       ),
       h("span", { id: "from-front-hint", class: "hint" }, "Empty: the live cluster; a front's id: its cluster and workload (e.g. a representative one)."),
+      h("label", { for: "with-migration" }, h("input", { id: "with-migration", type: "checkbox" }), " M (migration) as a fourth axis"),
       h("button", { type: "submit", id: "start-run" }, "Start a front of the live cluster"),
     );
     form.addEventListener("submit", (ev) => {
@@ -298,7 +299,7 @@ export function calibratePage(ctx: Ctx, main: HTMLElement): void {
       const from = (form.querySelector("#from-front") as HTMLInputElement).value;
       const settings = {
         algorithm: "nsga2" as const,
-        with_migration: false,
+        with_migration: (form.querySelector("#with-migration") as HTMLInputElement).checked,
         population: val("population"),
         generations: val("generations"),
         seed: val("seed"),
