@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from clavis.service.config import IngestConfig  # the head node's defaults, for one check
 from clavis_monitor.agent import Agent
 from clavis_monitor.config import parse
 from clavis_monitor.sender import Sender, Spool
@@ -119,3 +120,12 @@ def test_beyond_the_spool_limit_the_oldest_are_dropped_and_counted(
     assert len(again) == 5
     text = "".join(f"{m.name}{dict(lab)} {v}\n" for m in agent.metrics() for lab, v in m.samples)
     assert "clavis_monitor_reports_dropped_total{'reason': 'spool-full'} 7.0" in text
+
+
+def test_the_default_spool_fits_in_clavisds_default_backlog() -> None:
+    """Defaults agree (issue 15, item 2): everything a default monitor's spool holds is
+    still young enough for a default clavisd to store (docs/monitor.md, Outages)."""
+    monitor = parse({"host": "h1"})
+    reach_s = monitor.spool.max_reports * monitor.interval_s
+    head = IngestConfig()
+    assert head.max_report_age_s < reach_s <= head.max_backlog_s
