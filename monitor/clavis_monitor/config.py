@@ -63,6 +63,9 @@ class ContainersConfig:
     # scan fallback: LXC 4+/5 names them lxc.payload.NAME at the hierarchy's top.
     scan_prefixes: tuple[str, ...] = ("lxc.payload.", "lxc/")
     include: tuple[str, ...] = ("*",)  # shell patterns of container names to monitor
+    # a file of such patterns (one a line, # comments), read again at every rescan, used
+    # instead of `include`: for containers that move between hosts (clavis-migrator)
+    include_file: str = ""
     rescan_s: float = 10.0
     # LXD/Incus REST API sockets asked for their instances at each rescan (absent: skipped)
     lxd_sockets: tuple[str, ...] = LXD_SOCKETS

@@ -108,6 +108,20 @@ def _children(hier: Path, prefix: str) -> dict[str, Path]:
     return out
 
 
+def include_patterns(cfg: ContainersConfig) -> tuple[str, ...]:
+    """``include``, or the patterns of ``include_file`` when set (read now: whoever
+    moves containers between hosts rewrites it). A file that cannot be read includes
+    nothing: a container must not be reported by a host it may have left."""
+    if not cfg.include_file:
+        return cfg.include
+    try:
+        text = Path(cfg.include_file).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ()
+    lines = (ln.split("#", 1)[0].strip() for ln in text.splitlines())
+    return tuple(ln for ln in lines if ln)
+
+
 def discover(cfg: ContainersConfig, lxd_states: dict[str, str] | None = None) -> list[Container]:
     """The containers whose cgroups exist now, with their LXC addresses where known,
     and the LXD/Incus instances of the sockets in ``cfg.lxd_sockets`` (which replace
@@ -119,11 +133,12 @@ def discover(cfg: ContainersConfig, lxd_states: dict[str, str] | None = None) ->
         for prefix in cfg.scan_prefixes:
             for name, path in _children(hier, prefix).items():
                 cgroups.setdefault(name, {})[controller] = path
-    wanted = [n for n in cgroups if any(fnmatch.fnmatchcase(n, pat) for pat in cfg.include)]
+    patterns = include_patterns(cfg)
+    wanted = [n for n in cgroups if any(fnmatch.fnmatchcase(n, pat) for pat in patterns)]
     api = [
         c
         for c in _api_containers(cfg, hierarchies, {} if lxd_states is None else lxd_states)
-        if any(fnmatch.fnmatchcase(c.name, pat) for pat in cfg.include)
+        if any(fnmatch.fnmatchcase(c.name, pat) for pat in patterns)
     ]
     taken = {d for c in api for d in c.cgroups.values()}
     result = {c.name: c for c in api}

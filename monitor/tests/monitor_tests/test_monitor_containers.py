@@ -161,3 +161,19 @@ def test_a_job_found_by_its_slurmstepd_with_its_tasks(cs: CgroupSet) -> None:
 
 def cg_root() -> Path:
     return Path("/sys/fs/cgroup")
+
+
+def test_include_file_is_read_at_each_discovery(cs: CgroupSet, tmp_path: Path) -> None:
+    """A container that moves to another host leaves this monitor's include file: the
+    next discovery must drop it, without a restart (the testbed's migrations)."""
+    listed = tmp_path / "containers.txt"
+    cfg = parse({
+        "host": "h1",
+        "containers": {"scan_prefixes": [cs.prefix], "lxc_paths": [],
+                       "include": ["*"], "include_file": str(listed)},
+    }).containers  # fmt: skip
+    assert cg.discover(cfg) == []  # no file yet: nothing (not `include`)
+    listed.write_text("# moved here\nbusy\n\nqu*  # a pattern\n")
+    assert [c.name for c in cg.discover(cfg)] == ["busy", "quiet"]
+    listed.write_text("gone\n")
+    assert [c.name for c in cg.discover(cfg)] == ["gone"]

@@ -8,6 +8,7 @@ shared secret like every agent request.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 
 import httpx
 from pydantic import ValidationError
@@ -25,16 +26,24 @@ class AgentProtocolError(Exception):
 
 
 class MigratorClient:
-    def __init__(self, secret: bytes, address_template: str, timeout_s: float) -> None:
+    def __init__(
+        self,
+        secret: bytes,
+        address_template: str,
+        timeout_s: float,
+        addresses: Mapping[str, str] | None = None,
+    ) -> None:
         self._secret = secret
         self.template = address_template
         self.timeout_s = timeout_s
+        # per-host addresses where host names do not resolve (the testbed's head netns)
+        self.addresses = dict(addresses or {})
 
     def __repr__(self) -> str:
         return f"MigratorClient({self.template!r})"
 
     def address(self, host: str) -> str:
-        return self.template.replace("{host}", host)
+        return self.addresses.get(host) or self.template.replace("{host}", host)
 
     def _call(self, host: str, method: str, path: str, body: bytes) -> StepStatus:
         url = f"http://{self.address(host)}{path}"

@@ -146,14 +146,33 @@ class RepackConfig(_Section):
 class MigratorConfig(_Section):
     address: str = Field(default="{host}:7781", description="Agent address; {host} is replaced.")
     timeout_s: float = Field(default=5.0, gt=0, description="Per request to an agent.")
+    addresses: dict[str, str] = Field(
+        default_factory=dict,
+        description='host = "ip:port" for hosts whose names do not resolve where '
+        "clavisd runs; others use `address`.",
+    )
 
     @field_validator("address")
     @classmethod
     def _host_and_port(cls, v: str) -> str:
-        host, colon, port = v.replace("{host}", "h").rpartition(":")
-        if not (colon and host and port.isdigit() and 1 <= int(port) <= 65535):
-            raise ValueError(f"{v!r} is not host:port (port 1-65535; {{host}} names the host)")
+        return _host_port(v)
+
+    @field_validator("addresses")
+    @classmethod
+    def _each_host_and_port(cls, v: dict[str, str]) -> dict[str, str]:
+        for host, addr in v.items():
+            try:
+                _host_port(addr)
+            except ValueError as exc:
+                raise ValueError(f"host {host!r}: {exc}") from exc
         return v
+
+
+def _host_port(v: str) -> str:
+    host, colon, port = v.replace("{host}", "h").rpartition(":")
+    if not (colon and host and port.isdigit() and 1 <= int(port) <= 65535):
+        raise ValueError(f"{v!r} is not host:port (port 1-65535; {{host}} names the host)")
+    return v
 
 
 class AdviceConfig(_Section):

@@ -79,7 +79,12 @@ class Clavisd:
                                      ing.batch_wait_ms / 1000)  # fmt: skip
         self.executor = Executor(
             self.store,
-            MigratorClient(secret, config.migrator.address, config.migrator.timeout_s),
+            MigratorClient(
+                secret,
+                config.migrator.address,
+                config.migrator.timeout_s,
+                config.migrator.addresses,
+            ),
             config.repack,
         )
         self.dummy_hash = hash_password("not a password of any user")

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from clavis.service.agents import MigratorClient
 from clavis.service.classify import (
     ClassState,
     Hysteresis,
@@ -153,6 +154,11 @@ def test_config_lists_every_problem(tmp_path: Path) -> None:
         cfg.write_text(f'[migrator]\naddress = "{bad}"\n')
         with pytest.raises(ConfigError, match=r"migrator\.address"):
             load_config(cfg)
+    cfg.write_text('[migrator.addresses]\nr1h1 = "10.0.0.1:7781"\n')
+    assert load_config(cfg).migrator.addresses == {"r1h1": "10.0.0.1:7781"}
+    cfg.write_text('[migrator.addresses]\nr1h1 = "10.0.0.1"\n')
+    with pytest.raises(ConfigError, match=r"migrator\.addresses.*r1h1.*not host:port"):
+        load_config(cfg)
     cfg.write_text("[server\n")
     with pytest.raises(ConfigError, match="not valid TOML"):
         load_config(cfg)
@@ -163,3 +169,9 @@ def test_config_lists_every_problem(tmp_path: Path) -> None:
         load_config(cfg)
     cfg.write_text("")
     assert load_config(cfg).repack.interval_s == 60
+
+
+def test_migrator_client_per_host_addresses() -> None:
+    c = MigratorClient(b"k" * 32, "{host}:7781", 1.0, {"r1h1": "10.213.1.11:7781"})
+    assert c.address("r1h1") == "10.213.1.11:7781"
+    assert c.address("r2h2") == "r2h2:7781"
