@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import time
 from pathlib import Path
 
 import pytest
@@ -11,8 +12,8 @@ from conftest import container, host, instance
 from clavis.documents import load_cluster, load_workload
 from clavis.instance import build_instance
 from clavis.model import Placement
-from clavis.objectives import Weights, evaluate, score, violations
-from clavis.placement import SolveOptions, fathom, place
+from clavis.objectives import Weights, bounds, evaluate, score, violations
+from clavis.placement import SolveOptions, calming, fathom, place
 from clavis.placement.baselines import corerr
 from clavis.placement.cpsat import build_model, canonical, decode
 from clavis.placement.exact import TooLargeError, feasible_assignments
@@ -243,6 +244,30 @@ def test_fathom_keeps_a_lagging_jobs_turtles_with_its_devils() -> None:
     assert len({got[k] for k in range(1, 5)}) == 1 and got[1] != got[0]
     assert evaluate(inst, got).C == 0.0
     assert evaluate(inst, got).D == 2.0  # R lags (two devils on one host), A does not
+
+
+def test_calming_moves_a_contended_devil_only_when_f_says_so() -> None:
+    # Job A's two 4-core devils share h0 (tolerance 1: contended, A lags); h1 is on and
+    # runs a turtle, h2 is empty. Weighing D, one devil moves to h1 (on already, no
+    # devil there) and A is calm; weighing P alone, nothing moves (no gain).
+    hosts = [host(f"h{i}", cores=8, domains=1) for i in range(3)]
+    jobs = [
+        {"name": "A", "containers": [container(f"a{i}", 4, mpki=15) for i in range(2)]},
+        {"name": "T", "containers": [container("t0", 4)]},
+    ]
+    inst = instance(hosts, jobs)
+    start = (0, 0, 1)
+    assert evaluate(inst, start).D == 8
+    for w, moved in ((Weights(1, 10, 1), True), (Weights(1, 0, 0), False)):
+        limits = bounds(inst)
+        got = calming.improve(inst, w, limits, start, deadline=time.monotonic() + 5)
+        if not moved:
+            assert got is None
+            continue
+        assert got is not None and violations(inst, got) == []
+        assert evaluate(inst, got).D == 0
+        assert sorted(got[:2]) == [0, 1] and got[2] == 1  # onto h1, h2 stays off
+        assert score(inst, got, w, limits).F < score(inst, start, w, limits).F
 
 
 def test_fathom_packs_the_cheapest_racks_first() -> None:

@@ -25,7 +25,7 @@ from ortools.sat.python import cp_model
 from clavis.instance import Assignment, Instance
 from clavis.objectives import Bounds, Score, Weights, bounds, score, violations
 from clavis.placement import bound as rack
-from clavis.placement import estimate, fathom, hostlns, lower, racklns, rackmodel
+from clavis.placement import calming, estimate, fathom, hostlns, lower, racklns, rackmodel
 from clavis.placement.baselines import corerr, noderr
 from clavis.placement.guard import GIB, Guard, LimitReachedError, Watchdog
 from clavis.placement.hints import complete_hint
@@ -70,6 +70,8 @@ MIN_HOST_SEARCH_SECONDS = 0.2
 # The warm start's greedy sweep ends by this share of the budget (it is cut short only
 # on very large instances: a candidate costs a pass over every container).
 WARM_SHARE = 0.2
+# The calming pass (calming.py) after the warm start ends by this share of the budget.
+CALM_SHARE = 0.3
 # A per-host model is built only if its estimated build time is within this share of
 # the time left (the rest is CP-SAT's search); plain, which has no other answer than
 # its start, is refused when it is not.
@@ -402,6 +404,10 @@ def solve(
     else:
         warm_guard = None if options.deterministic else guard.share(WARM_SHARE)
         hint = warm_start(inst, weights, limits, options.hint, warm_guard)
+        if hint is not None and not options.deterministic:
+            # Calm lagging devil jobs one by one where F says it pays (calming.py).
+            until = time.monotonic() + options.time_limit * CALM_SHARE - watch.elapsed
+            hint = calming.improve(inst, weights, limits, hint, deadline=until) or hint
     # Relaxation bounds (lower.py): cheap, valid whatever the turns below manage.
     floor = lower.lower_bound(inst, weights, limits).F
     start = score(inst, hint, weights, limits) if hint is not None else None
