@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 include deploy/testbed/testbed.mk
 
 .PHONY: demo demo-parapluie test lint typecheck unit bench-solver bench-pareto bench-ingest schemas clean \
-	bench-realistic bench-realistic-quick postgres-install monitor-install bench-monitor bench-testbed slurm-plugin \
+	bench-realistic bench-realistic-quick postgres-install monitor-install bench-monitor bench-testbed bench-migration slurm-plugin \
 	ui-install ui ui-test bench-ui
 
 $(STAMP): solver/requirements.lock solver/pyproject.toml contracts/pyproject.toml monitor/pyproject.toml migrator/pyproject.toml \
@@ -47,6 +47,7 @@ typecheck: $(STAMP)
 	    bench/pareto/pareto_bench.py \
 	    bench/ingest/ingest_bench.py bench/monitor/monitor_bench.py bench/testbed/testbed_bench.py bench/ui/hover_bench.py \
 	    bench/plugin/plugin_bench.py \
+	    bench/migration/migration_bench.py \
 	    monitor/clavis_monitor migrator/clavis_migrator
 
 unit: $(STAMP) testbed-install postgres-install monitor-install slurm-plugin ui
@@ -107,6 +108,11 @@ bench-monitor: $(STAMP) monitor-install
 # `up` from a cold and a warm cache (root; a few minutes; takes the testbed tests' lock)
 bench-testbed: $(STAMP) testbed-install
 	$(PY) bench/testbed/testbed_bench.py
+
+# live migration frozen/total time vs memory, with and without pre-copy (root; about 20
+# minutes, most of it 1 GiB crossing the 100 Mbit/s rack link; takes the testbed lock)
+bench-migration: $(STAMP) testbed-install
+	flock /tmp/clavis-bench.lock $(PY) bench/migration/migration_bench.py
 
 schemas: $(STAMP)
 	$(VENV)/bin/clavis schema --write docs/schema

@@ -46,9 +46,17 @@ class Agents:
     """One agent per named host, in that host's netns, state under ``root``."""
 
     def __init__(
-        self, testbed: dict[str, Any], root: Path, hosts: list[str], cores: int, hook: str = ""
+        self,
+        testbed: dict[str, Any],
+        root: Path,
+        hosts: list[str],
+        cores: int,
+        *,
+        hook: str = "",
+        precopy_rounds: int = 0,
     ) -> None:
         self.testbed, self.root, self.hook = testbed, root, hook
+        self.precopy_rounds = precopy_rounds
         root.mkdir(parents=True, exist_ok=True)
         self.secret = root / "secret"
         self.secret.write_bytes(SECRET)
@@ -66,6 +74,7 @@ class Agents:
             f'host = "{host}"\nlisten = "{host_ip(self.testbed, host)}"\nport = {PORT}\n'
             f'secret_file = "{self.secret}"\nstate_dir = "{self.state_dir(host)}"\n'
             f"cores = {cores}\nmemory_bytes = {16 * 2**30}\npeer_timeout_s = 60.0\n"
+            f"precopy_rounds = {self.precopy_rounds}\n"
             + (f'network_hook = ["{self.hook}"]\n' if self.hook else "")
             + f'[lxc]\nlxcpath = "{tb.RUN_DIR / "lxc"}"\ncriu = "{self.testbed["criu"]}"\n'
             "netns_sysfs = true\n"
