@@ -314,11 +314,23 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             samples += rows
             sizes.append(summarise(mib, rate, rows))
             print(json.dumps(sizes[-1]), flush=True)
+            if not args.no_write:  # each size as it completes: a long run keeps what it has
+                publish(result(args, rate, rates, sizes, samples))
     finally:
         _home(testbed, root, original)
         shutil.rmtree(root, ignore_errors=True)
         if brought_up:
             tb.tb("down", check=False, timeout=600)
+    return result(args, rate, rates, sizes, samples)
+
+
+def result(
+    args: argparse.Namespace,
+    rate: float,
+    rates: list[float],
+    sizes: list[dict[str, Any]],
+    samples: list[dict[str, Any]],
+) -> dict[str, Any]:
     loads = [r["load_average_before"] for r in samples] or [0.0]
     return {
         "machine": machine(),
@@ -371,18 +383,21 @@ def main() -> int:
         return 2
     fd = take_lock()
     try:
-        result = run(args)
+        done = run(args)
     except BenchError as exc:
         print(f"migration_bench: {exc}", file=sys.stderr)
         return 1
     finally:
         os.close(fd)
-    text = render(result)
-    print(text)
+    print(render(done))
     if not args.no_write:
-        write_json(ROOT / "bench" / "results" / "migration.json", result)
-        write_section(ROOT / "docs" / "benchmarks.md", SECTION, text)
+        publish(done)
     return 0
+
+
+def publish(res: dict[str, Any]) -> None:
+    write_json(ROOT / "bench" / "results" / "migration.json", res)
+    write_section(ROOT / "docs" / "benchmarks.md", SECTION, render(res))
 
 
 if __name__ == "__main__":
