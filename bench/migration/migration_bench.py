@@ -400,6 +400,7 @@ def render(res: dict[str, Any]) -> str:
             f"{q.get('precopy_rounds')} | {q.get('final_bytes', 0) / 2**20:.1f} MiB | "
             f"{q.get('max_round_pause_s')} s |"
         )
+    lines += ["", *verdicts(res["sizes"])]
     lines += [
         "",
         f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, Python "
@@ -411,6 +412,23 @@ def render(res: dict[str, Any]) -> str:
         f"--runs {res['runs']}`); raw results in `bench/results/migration.json`.",
     ]
     return "\n".join(lines)
+
+
+def verdicts(sizes: list[dict[str, Any]]) -> list[str]:
+    """Issue 14's two targets, checked per size from the medians."""
+    out = []
+    for sz in sizes:
+        p, q = sz.get("plain"), sz.get("precopy")
+        if p is None or q is None:
+            continue
+        ok1 = p["frozen_over_floor"] <= 2.0
+        ok2 = sz["precopy_frozen_cut"] >= 0.5
+        out.append(
+            f"- {sz['size_mib']} MiB: frozen without pre-copy {p['frozen_over_floor']}x the "
+            f"floor (target <= 2x: {'met' if ok1 else 'NOT met'}); pre-copy cuts it by "
+            f"{sz['precopy_frozen_cut']:.0%} (target >= 50%: {'met' if ok2 else 'NOT met'})."
+        )
+    return out
 
 
 def bench(args: argparse.Namespace) -> dict[str, Any]:
