@@ -16,12 +16,13 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import pydantic_core
 from pydantic_core import from_json
 from sqlalchemy import Connection, bindparam, delete, insert
 from sqlalchemy import update as sql_update
+from sqlalchemy.exc import InterfaceError, OperationalError
 
 from clavis.service import tables as t
 from clavis.service.classify import (
@@ -46,7 +47,7 @@ log = logging.getLogger("clavisd.ingest")
 class _Pending:
     item: Accepted
     loop: asyncio.AbstractEventLoop
-    done: asyncio.Future[bool]
+    done: asyncio.Future[Written]
 
 
 @dataclass
@@ -236,11 +237,11 @@ class Ingestor:
 
     def submit(
         self, report: MonitorReport, raw: bytes = b"", signed: Signed | None = None
-    ) -> asyncio.Future[bool]:
+    ) -> asyncio.Future[Written]:
         """Queue a report (from the event loop); the future says whether it was stored.
         ``signed`` names its request's nonce, stored with it."""
         loop = asyncio.get_running_loop()
-        done: asyncio.Future[bool] = loop.create_future()
+        done: asyncio.Future[Written] = loop.create_future()
         self._queue.put_nowait(_Pending(Accepted.of(report, raw, signed), loop, done))
         return done
 
@@ -251,17 +252,25 @@ class Ingestor:
                 oks = self.write_batch([p.item for p in batch])
                 settle([(p.loop, p.done, ok) for p, ok in zip(batch, oks, strict=True)])
 
-    def write_batch(self, batch: list[Accepted]) -> list[bool]:
-        """Store a batch in one transaction; if that fails, each report on its own."""
+    def write_batch(self, batch: list[Accepted]) -> list[Written]:
+        """Store a batch in one transaction; if that fails, each report on its own. A
+        report that fails on its own is ``retry`` when the store could not be reached or
+        written (the agent sends it again later), else ``refused``: the same bytes would
+        fail again, and an agent retrying them would hold back every later report of its
+        host behind them, for as long as clavisd accepts the report's age."""
         try:
             self._commit(batch)
-        except Exception:
+        except Exception as exc:
             if len(batch) == 1:
-                log.exception("ingest: report of host=%s not stored", batch[0].doc.get("host"))
-                return [False]
+                written: Written = (
+                    "retry" if isinstance(exc, OperationalError | InterfaceError) else "refused"
+                )
+                host = batch[0].doc.get("host")
+                log.exception("ingest: report of host=%s not stored (%s)", host, written)
+                return [written]
             log.warning("ingest: batch of %d failed; storing its reports one by one", len(batch))
-            return [ok for a in batch for ok in self.write_batch([a])]
-        return [True] * len(batch)
+            return [w for a in batch for w in self.write_batch([a])]
+        return ["stored"] * len(batch)
 
     def _commit(self, batch: list[Accepted]) -> None:
         staged = stage(batch, self.book, self.cfg)
@@ -353,13 +362,16 @@ def to_json(value: Any) -> str:
     return pydantic_core.to_json(value).decode()
 
 
-Outcome = tuple[asyncio.AbstractEventLoop, "asyncio.Future[bool]", bool]
+# What became of a report: stored; not stored now (the store failed: send it again); or
+# refused (it fails on its own every time).
+Written = Literal["stored", "retry", "refused"]
+Outcome = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Written]", Written]
 
 
 def settle(outcomes: list[Outcome]) -> None:
     """From a writer thread: set each report's future, one wake-up per event loop and
     batch rather than one per report (each costs a write to the loop's self-pipe)."""
-    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[bool], bool]]] = {}
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Written], Written]]] = {}
     for loop, fut, ok in outcomes:
         by_loop.setdefault(loop, []).append((fut, ok))
     for loop, items in by_loop.items():
@@ -367,7 +379,7 @@ def settle(outcomes: list[Outcome]) -> None:
             loop.call_soon_threadsafe(_set_all, items)
 
 
-def _set_all(items: list[tuple[asyncio.Future[bool], bool]]) -> None:
+def _set_all(items: list[tuple[asyncio.Future[Written], Written]]) -> None:
     for fut, ok in items:
         if not fut.done():
             fut.set_result(ok)

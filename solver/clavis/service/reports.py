@@ -41,8 +41,9 @@ def _no(status: int, detail: str) -> Answer:
 
 
 async def accept(d: Clavisd, headers: Mapping[str, str], body: bytes) -> Answer:
-    """401 unauthenticated, 422 malformed, unknown host, stale or from the future, 409 not
-    newer than the host's last report, 503 not stored; 202 once stored."""
+    """401 unauthenticated, 422 malformed, unknown host, stale or from the future, larger
+    than its host, or failing in the store on its own; 409 not newer than the host's last
+    report; 503 not stored now (the store failed); 202 once stored."""
     now = time.time()
     try:
         # The nonce is recorded with the report, in the transaction that stores it.
@@ -75,8 +76,11 @@ async def accept(d: Clavisd, headers: Mapping[str, str], body: bytes) -> Answer:
     except Exception:
         _restore(d, report.host, last)
         return _no(503, "ingest queue full; retry later")
-    if not await done:
+    written = await done
+    if written != "stored":
         _restore(d, report.host, last)
+        if written == "refused":  # final: a retry of the same bytes would fail the same way
+            return _no(422, "report could not be stored (clavisd's log says why); not retried")
         return _no(503, "report could not be stored; retry later")
     return Answer(202, {"host": report.host, "timestamp": ts, "containers": len(report.containers)})
 

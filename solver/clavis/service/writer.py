@@ -26,7 +26,7 @@ from pydantic_core import from_json
 
 from clavis.service.config import ClassifyConfig
 from clavis.service.gcpolicy import long_lived_heap
-from clavis.service.ingest import Accepted, Ingestor, Outcome, settle
+from clavis.service.ingest import Accepted, Ingestor, Outcome, Written, settle
 from clavis.service.store import Store
 from clavis_contracts import MonitorReport
 from clavis_contracts.signing import Signed
@@ -78,7 +78,7 @@ class ProcessIngestor:
         # (and transactions) get larger exactly when the writer is the bottleneck.
         self._idle = threading.Event()
         self._idle.set()
-        self._waiting: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future[bool]]] = {}
+        self._waiting: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future[Written]]] = {}
         self._lock = threading.Lock()
         self._next = 0
         self._stop = threading.Event()
@@ -105,12 +105,12 @@ class ProcessIngestor:
 
     def submit(
         self, report: MonitorReport, raw: bytes = b"", signed: Signed | None = None
-    ) -> asyncio.Future[bool]:
+    ) -> asyncio.Future[Written]:
         """Queue a report (from the event loop); the future says whether it was stored."""
         if len(self._items) >= 100_000:
             raise OverflowError("ingest queue full")
         loop = asyncio.get_running_loop()
-        done: asyncio.Future[bool] = loop.create_future()
+        done: asyncio.Future[Written] = loop.create_future()
         with self._lock:
             key = self._next
             self._next += 1
@@ -145,7 +145,7 @@ class ProcessIngestor:
                     self._conn.send_bytes(pickle.dumps(batch))
                 except OSError:
                     log.error("ingest writer process is gone; %d reports not stored", len(batch))
-                    self._settle([(item[0], False) for item in batch])
+                    self._settle([(item[0], "retry") for item in batch])
 
     def _receive(self) -> None:
         while True:
@@ -157,15 +157,15 @@ class ProcessIngestor:
             self._idle.set()
         self._idle.set()
         with self._lock:  # the writer is gone: nothing pending will be stored
-            left = [(key, False) for key in self._waiting]
+            left: list[tuple[int, Written]] = [(key, "retry") for key in self._waiting]
         self._settle(left)
 
-    def _settle(self, results: list[tuple[int, bool]]) -> None:
+    def _settle(self, results: list[tuple[int, Written]]) -> None:
         outcomes: list[Outcome] = []
         with self._lock:
-            for key, ok in results:
+            for key, written in results:
                 waiting = self._waiting.pop(key, None)
                 if waiting is not None:
-                    outcomes.append((*waiting, ok))
-                    self.stored += ok
+                    outcomes.append((*waiting, written))
+                    self.stored += written == "stored"
         settle(outcomes)

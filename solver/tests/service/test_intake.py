@@ -17,6 +17,7 @@ from fastapi.testclient import TestClient
 from clavis.service.config import ConfigError, load_config
 from clavis.service.daemon import Clavisd
 from clavis.service.ingest import Accepted, Ingestor
+from clavis.service.store import Store
 from clavis_contracts import MonitorReport
 
 from .helpers import container, login, report, signed, store_rows, write_setup
@@ -90,11 +91,28 @@ def test_expiry_within_one_batch_and_after_a_restart(clavisd: Clavisd) -> None:
         )
 
     assert ing.write_batch([acc("h1", ["a", "b"], now), acc("h1", ["a"], now + 1),
-                            acc("h2", ["c"], now)]) == [True] * 3  # fmt: skip
+                            acc("h2", ["c"], now)]) == ["stored"] * 3  # fmt: skip
     assert {c["name"]: c["host"] for c in clavisd.store.containers()} == {"a": "h1", "c": "h2"}
     again = Ingestor(clavisd.store, clavisd.config.classify, 100, 0.0)
-    assert again.write_batch([acc("h2", [], now + 2)]) == [True]
+    assert again.write_batch([acc("h2", [], now + 2)]) == ["stored"]
     assert {c["name"] for c in clavisd.store.containers()} == {"a"}
+
+
+def test_a_report_that_fails_on_its_own_is_refused_not_retried(tmp_path: Path) -> None:
+    """A report the store cannot take however often it is sent is answered for good (422),
+    so its agent does not hold back its host's later reports behind it for as long as the
+    backlog window; a store that cannot be reached is a retry (503)."""
+    (tmp_path / "db").mkdir()
+    store = Store(f"sqlite:///{tmp_path / 'db' / 'clavis.db'}")
+    cfg = load_config(write_setup(tmp_path)).classify
+    ing = Ingestor(store, cfg, 100, 0.0)
+    good = Accepted.of(MonitorReport.model_validate(report("h1", [container("a")])))
+    broken = Accepted(good.ts, {k: v for k, v in good.doc.items() if k != "power"})
+    assert ing.write_batch([good, broken]) == ["stored", "refused"]
+    store.engine.dispose()
+    (tmp_path / "db").rename(tmp_path / "gone")  # the store's file cannot be opened now
+    later = Accepted.of(MonitorReport.model_validate(report("h1", [], ts=good.ts + 1)))
+    assert ing.write_batch([later]) == ["retry"]
 
 
 def test_late_reports_within_the_backlog_window_are_stored(client: TestClient) -> None:
