@@ -40,6 +40,17 @@ export function paretoScreens(
 ): Screens {
   const index = indexById(front);
   const els: HTMLElement[] = [];
+  // The schedule highlighted on the other screens: only it is downplayed when the hover
+  // moves, since downplaying a whole series restyles every point (slow at 2,000).
+  let lit: number | null = null;
+  const link = (from: number, i: number | null) => {
+    charts.forEach((c, j) => {
+      if (j === from) return;
+      if (lit !== null) c.dispatchAction({ type: "downplay", seriesIndex: 0, dataIndex: lit });
+      if (i !== null) c.dispatchAction({ type: "highlight", seriesIndex: 0, dataIndex: i });
+    });
+    lit = i;
+  };
   const charts = pairs.map(([x, y], k) => {
     const el = document.createElement("div");
     el.className = "screen";
@@ -87,16 +98,11 @@ export function paretoScreens(
       if (id === undefined) return;
       onHover(id);
       const i = index.get(id);
-      charts.forEach((c, j) => {
-        if (j !== k && c && i !== undefined) {
-          c.dispatchAction({ type: "downplay", seriesIndex: 0 });
-          c.dispatchAction({ type: "highlight", seriesIndex: 0, dataIndex: i });
-        }
-      });
+      if (i !== undefined) link(k, i);
     });
     chart.on("mouseout", () => {
       onHover(null);
-      charts.forEach((c, j) => j !== k && c?.dispatchAction({ type: "downplay", seriesIndex: 0 }));
+      link(k, null);
     });
     chart.on("click", (p) => {
       const id = (p.data as number[])[2];
@@ -163,6 +169,7 @@ export function parallelView(
   const chart = echarts.init(el, undefined, { renderer: "canvas" });
   const index = indexById(front);
   const row = (p: FrontLike["points"][number]) => objectives.map((a) => p.normalised[a]);
+  let lit: number | undefined;
   chart.setOption({
     animation: false,
     parallel: { left: 40, right: 60, top: 30, bottom: 24 },
@@ -180,9 +187,10 @@ export function parallelView(
   });
   return {
     hover(id) {
-      chart.dispatchAction({ type: "downplay", seriesIndex: 0 });
-      const i = id === null ? undefined : index.get(id);
-      if (i !== undefined) chart.dispatchAction({ type: "highlight", seriesIndex: 0, dataIndex: i });
+      // Only the previous line is downplayed (a whole series would restyle every line).
+      if (lit !== undefined) chart.dispatchAction({ type: "downplay", seriesIndex: 0, dataIndex: lit });
+      lit = id === null ? undefined : index.get(id);
+      if (lit !== undefined) chart.dispatchAction({ type: "highlight", seriesIndex: 0, dataIndex: lit });
     },
     setPicks(ids) {
       const picked = new Set(ids);
