@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 include deploy/testbed/testbed.mk
 
 .PHONY: demo demo-parapluie test lint typecheck unit bench-solver bench-pareto bench-ingest schemas clean \
-	bench-realistic bench-realistic-quick postgres-install monitor-install bench-monitor bench-testbed bench-migration slurm-plugin \
+	bench-realistic bench-realistic-quick postgres-install monitor-install bench-monitor bench-testbed bench-migration bench-demo slurm-plugin \
 	ui-install ui ui-test bench-ui
 
 $(STAMP): solver/requirements.lock solver/pyproject.toml contracts/pyproject.toml monitor/pyproject.toml migrator/pyproject.toml \
@@ -46,6 +46,7 @@ typecheck: $(STAMP)
 	$(VENV)/bin/mypy solver/clavis contracts/clavis_contracts bench/report.py bench/solver/solver_bench.py bench/solver/realistic_bench.py \
 	    bench/pareto/pareto_bench.py \
 	    bench/ingest/ingest_bench.py bench/monitor/monitor_bench.py bench/testbed/testbed_bench.py bench/ui/hover_bench.py \
+	    bench/testbed/demo_bench.py \
 	    bench/plugin/plugin_bench.py \
 	    bench/migration/migration_bench.py \
 	    monitor/clavis_monitor migrator/clavis_migrator
@@ -113,6 +114,10 @@ bench-testbed: $(STAMP) testbed-install
 # minutes, most of it 1 GiB crossing the 100 Mbit/s rack link; takes the testbed lock)
 bench-migration: $(STAMP) testbed-install
 	flock /tmp/clavis-bench.lock $(PY) bench/migration/migration_bench.py
+
+# `make demo` cold and warm (root; takes the testbed tests' lock)
+bench-demo: $(STAMP) testbed-install slurm-plugin
+	flock /tmp/clavis-bench.lock $(PY) bench/testbed/demo_bench.py
 
 schemas: $(STAMP)
 	$(VENV)/bin/clavis schema --write docs/schema

@@ -58,7 +58,14 @@ def slurm(argv: list[str], timeout: float = 60) -> str:
 
 
 def host_of(container: str) -> str:
-    return container.rsplit("c", 1)[0]
+    """The host a node runs on now: the testbed's record (placement.json, updated by the
+    migrators' network hook), else its home host, which its name says (HOSTcN)."""
+    try:
+        doc = json.loads((RUN_DIR / "placement.json").read_text())
+        where = str(doc["nodes"][container])
+    except (OSError, ValueError, KeyError, TypeError):
+        return container.rsplit("c", 1)[0]
+    return where
 
 
 def netns_prefix(container: str) -> list[str]:

@@ -96,6 +96,17 @@ def test_every_host_reports_and_clavisd_lists_every_container_on_its_host(
     text = tb.tb("status").stdout
     for host in monitors:
         assert re.search(rf"monitor {host}: running, last report \d+\.\ds ago", text), text
+    # a migrator per host in its netns, on the host's address, answering; clavisd's
+    # config names each (the host names do not resolve in the head's netns)
+    migrators = st["stack"]["migrators"]
+    ips = {h["name"]: h["ip"] for h in st["hosts"]}
+    assert set(migrators) == set(ips), migrators
+    conf = Path(st["stack"]["clavisd"]["config"]).read_text()
+    for host, a in migrators.items():
+        assert a["running"] and a["answer"] == "answers", (host, a)
+        assert a["address"] == f"{ips[host]}:7781" and a["netns"] == f"ctb-{host}", a
+        assert f'"{host}" = "{ips[host]}:7781"' in conf, conf
+        assert re.search(rf"migrator {host}: running, {ips[host]}:7781 answers", text), text
     token = _login(st, "viewer", stack["viewer"])
     url = st["stack"]["clavisd"]["url"]
     nodes = _nodes(st)
@@ -211,7 +222,8 @@ def test_repack_dry_run_against_the_testbeds_clavisd(stack: dict[str, Any]) -> N
 
 def test_down_removes_the_stack_with_everything_else(stack: dict[str, Any]) -> None:
     pids = [d["pid"] for d in stack["status"]["stack"]["daemons"]]
-    assert len(pids) == 1 + len(stack["status"]["hosts"])
+    # clavisd, and a monitor and a migrator per host
+    assert len(pids) == 1 + 2 * len(stack["status"]["hosts"])
     tb.tb("down")
     assert tb.live_pids(pids) == []
     left = tb.left_behind({k: [] for k in tb.snapshot()})

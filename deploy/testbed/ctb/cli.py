@@ -14,7 +14,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import accounting, bmc, cluster, containers, misses, mpi, net, paths, power, slurm, stack
+from . import (
+    accounting,
+    agents,
+    bmc,
+    cluster,
+    containers,
+    misses,
+    mpi,
+    net,
+    paths,
+    placement,
+    power,
+    slurm,
+    stack,
+)
 from .proc import CommandError, in_netns, spawn, start_time, stop
 from .state import State, StateError, load
 from .topology import Host, Topology, TopologyError
@@ -187,10 +201,11 @@ def _build(st: State, with_stack: bool) -> dict[str, str]:
     slurm.start_head(topo, st.processes, st.save)
 
     cpusets = topo.cpusets(containers.machine_cpus())
+    placement.init(topo)  # every node at home; migrations update it (placement.py)
     for c in topo.containers():
         containers.write_config(topo, c, cpusets[c.name])
-        # every node sees its own host's monitor socket directory (stack.py), with or
-        # without the stack, so `up --stack` can add it to a running testbed
+        # every node sees its host's monitor socket (stack.py), with or without the
+        # stack, so `up --stack` can add it to a running testbed
         stack.add_node_mount(c)
         st.containers.append(c.name)
         st.save()
@@ -337,6 +352,7 @@ def status_dict(st: State) -> dict[str, Any]:
     topo = st.topology
     states = slurm.node_states(topo)
     cpusets = topo.cpusets(containers.machine_cpus())
+    where = placement.read()
     hosts = []
     for h in topo.hosts():
         hosts.append(
@@ -357,6 +373,8 @@ def status_dict(st: State) -> dict[str, Any]:
                         "memory_mb": topo.memory_mb_per_container,
                         "lxc": containers.state(c.name),
                         "slurm": states.get(c.name, "?"),
+                        # the host it runs on now (a migration moves it from its home)
+                        "on": where.get(c.name, c.host),
                     }
                     for c in h.containers
                 ],
@@ -424,7 +442,8 @@ def _print_table(st: State) -> None:
                 (
                     f"r{h['rack']}", h["name"], h["netns"],
                     f"{h['bmc']['address']}:{h['bmc']['port']}",
-                    _watts(h["name"]), c["name"], c["ip"], c["lxc"], c["slurm"],
+                    _watts(h["name"]), c["name"], c["ip"],
+                    c["lxc"] + ("" if c["on"] == h["name"] else f" on {c['on']}"), c["slurm"],
                 )
             )  # fmt: skip
     widths = [max(len(str(x)) for x in col) for col in zip(hdr, *rows, strict=False)]
@@ -531,6 +550,29 @@ def cmd_missd(_args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_node_moved(args: argparse.Namespace) -> int:
+    """The migrators' network hook (agents.py): `node-moved restored NODE HOST`."""
+    st = _require_up()
+    try:
+        _say(placement.hook(st.topology, args.what, args.node, args.host))
+    except placement.PlacementError as exc:
+        _say(f"node-moved: {exc}")
+        return 1
+    return 0
+
+
+def cmd_agents(args: argparse.Namespace) -> int:
+    """Stop or start the stack's migrator agents (an admin's view of agents down)."""
+    st = _require_up()
+    if args.action == "stop":
+        errors = agents.stop_all(st)
+        _say("; ".join(errors) if errors else "migrator agents stopped")
+        return 1 if errors else 0
+    stack.start_agents(st)
+    _say("migrator agents started: " + ", ".join(agents.address(h) for h in st.topology.hosts()))
+    return 0
+
+
 def cmd_powerd(_args: argparse.Namespace) -> int:
     st = load()
     if st is None:
@@ -549,6 +591,7 @@ def _topology_from_args(args: argparse.Namespace) -> Topology:
         "hosts_per_rack": args.hosts_per_rack,
         "containers_per_host": args.containers_per_host,
         "cpus_per_container": args.cpus_per_container,
+        "spare_cpus_per_host": args.spare_cpus_per_host,
         "memory_mb_per_container": args.memory_mb_per_container,
         "core_rate_mbit": args.core_rate_mbit,
         "bmc_base_port": args.bmc_base_port,
@@ -565,6 +608,9 @@ def parser() -> argparse.ArgumentParser:
     up.add_argument("--hosts-per-rack", type=int)
     up.add_argument("--containers-per-host", type=int)
     up.add_argument("--cpus-per-container", type=int)
+    up.add_argument(
+        "--spare-cpus-per-host", type=int, help="host cores no node uses (room to move)"
+    )
     up.add_argument("--memory-mb-per-container", type=int, help="RealMemory and memory limit")
     up.add_argument("--core-rate-mbit", type=int, help="tbf rate of the inter-rack link")
     up.add_argument("--bmc-base-port", type=int, help="UDP port of the first BMC")
@@ -587,6 +633,13 @@ def parser() -> argparse.ArgumentParser:
         c.add_argument("--dir", help="image directory (default under /run/clavis-testbed)")
         c.set_defaults(func=func)
     sub.add_parser("powerd", help=argparse.SUPPRESS).set_defaults(func=cmd_powerd)
+    ag = sub.add_parser("agents", help="stop or start the stack's clavis-migrator agents")
+    ag.add_argument("action", choices=("stop", "start"))
+    ag.set_defaults(func=cmd_agents)
+    nm = sub.add_parser("node-moved", help="the migrators' network hook: restored NODE HOST")
+    for a in ("what", "node", "host"):
+        nm.add_argument(a)
+    nm.set_defaults(func=cmd_node_moved)
     sub.add_parser("missd", help=argparse.SUPPRESS).set_defaults(func=cmd_missd)
     return p
 

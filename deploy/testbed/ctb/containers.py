@@ -15,7 +15,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from . import paths
+from . import paths, placement
 from .proc import CommandError, in_netns, in_netns_with_sysfs, run, start_time
 from .topology import Container, Topology
 
@@ -140,8 +140,9 @@ def host_netns(c: Container) -> str:
 
 
 def _host_of(name: str) -> str:
-    # container names are HOSTcN (topology.py): r1h2c3 lives on host r1h2
-    return f"ctb-{name.rsplit('c', 1)[0]}"
+    # where the node runs now: its home host (HOSTcN, topology.py) unless a migration
+    # moved it (placement.py)
+    return f"ctb-{placement.host_of(name)}"
 
 
 def lxc_cmd(cmd: str, name: str, *args: str) -> list[str]:

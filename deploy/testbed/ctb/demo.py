@@ -7,11 +7,14 @@ shared directory. It waits (every wait bounded) until every host reports, every 
 linked to its node containers in clavisd's /containers, and clavisd has classed the
 streaming jobs devils and the others turtles (7 of the last 10 intervals, DINO, thesis
 §3.3.3); shows the advice select/clavis reads (as the slurm user) and slurmctld's log
-lines about it; asks clavisd for a repacking plan (`clavis repack --dry-run`, then
-`--apply`, which stops when no migrator agent answers); then ends one streaming job and
-submits another of the same application, unhinted, and shows where select/clavis put it
-(cons_tres would take the first idle node). The demo's jobs are cancelled at the end; the
-cluster stays up.
+lines about it; ends one streaming job and submits another of the same application,
+unhinted, and shows where select/clavis put it (cons_tres would take the first idle
+node, on a devil's host); has a user pin one more streaming job beside the first (`sbatch
+-w`), so two devils share a host; then asks clavisd for a repacking plan (`clavis repack
+--dry-run`), shows `--apply` failing clearly with the migrator agents stopped, and
+applies it with them (demo_moves.py: the nodes move with their jobs, Slurm sees nothing,
+clavisd's P, D, C afterwards match the plan's). The demo's jobs are cancelled at the
+end; the cluster stays up.
 
 Standard library only, like the testbed; clavisd's API is read with the repository's
 venv (signed with the agent secret, as root on the head may), and `clavis repack` is the
@@ -34,7 +37,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import paths, stack
+from . import demo_moves, paths, placement, stack
 
 CLI = paths.HERE / "clavis-testbed"
 SOURCES = paths.HERE / "demo"
@@ -55,6 +58,10 @@ JOBS = (  # tag, job name (= application), program, nodes; submitted in this ord
     ("crunch-b", "crunch", "crunch", 1),
 )
 EXPECTED = {"stream-triad": "devil", "crunch": "turtle", "mpi-halo": "turtle"}
+# Each host gets a core no node uses: on a full cluster every move waits for another
+# and clavisd's planner can order none of them (docs/testbed.md, "Moving nodes")
+SPARE_CPUS = 1
+Say = Callable[[str], None]
 
 _SIGNED_GET = """import sys, time, urllib.request
 from pathlib import Path
@@ -99,11 +106,12 @@ class Outcome:
     advice: dict[str, Any] = field(default_factory=dict)
     advice_age_s: float | None = None
     ctld_advice_lines: list[str] = field(default_factory=list)
-    repack_dry: dict[str, Any] = field(default_factory=dict)
-    repack_apply: dict[str, Any] = field(default_factory=dict)
+    moves: demo_moves.Moves | None = None
     new_job: Job | None = None
+    new_job_host: str | None = None
     devil_hosts: list[str] = field(default_factory=list)
     cons_tres_node: str | None = None
+    cons_tres_host: str | None = None
     ctld_job_lines: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
 
@@ -144,7 +152,7 @@ def api(st: dict[str, Any], *paths_: str) -> list[Any]:
 
 
 def _host(node: str) -> str:
-    return node.rsplit("c", 1)[0]
+    return placement.host_of(node)  # where it runs now: migrations move nodes
 
 
 # ---------------------------------------------------------------- steps
@@ -157,7 +165,7 @@ def fresh_stack(out: Outcome, say: Callable[[str], None]) -> dict[str, Any]:
     if status().get("up"):
         say("a testbed is up: taking it down for a fresh one (clavisd must learn from scratch)")
         testbed("down")
-    testbed("up", "--stack")
+    testbed("up", "--stack", "--spare-cpus-per-host", str(SPARE_CPUS))
     out.up_s = round(time.monotonic() - t0, 1)
     st = status()
     if not st.get("up") or st.get("stack") is None:
@@ -212,10 +220,11 @@ def job_nodes(job_id: str) -> tuple[str, list[str]]:
     return state, names
 
 
-def submit(job: Job) -> None:
+def submit(job: Job, extra: list[str] | None = None) -> None:
     """Plain sbatch (no hint), then wait until it runs, so the order is the story's."""
-    text = slurm("sbatch", "--parsable", "-J", job.name, "-N", str(job.nodes_wanted),
-                 "-n", str(job.nodes_wanted), "-t", str(JOB_LIMIT_MIN), "-D", str(DEMO_DIR),
+    text = slurm("sbatch", "--parsable", *(extra or []), "-J", job.name,
+                 "-N", str(job.nodes_wanted), "-n", str(job.nodes_wanted),
+                 "-t", str(JOB_LIMIT_MIN), "-D", str(DEMO_DIR),
                  "-o", str(DEMO_DIR / f"{job.tag}-%j.out"), str(_script(job)))  # fmt: skip
     job.id = text.strip().split(";")[0]
     deadline = time.monotonic() + RUN_S
@@ -317,17 +326,36 @@ def new_stream_job(st: dict[str, Any], jobs: list[Job], out: Outcome) -> None:
     out.devil_hosts = sorted({_host(n) for j in left if j.klass == "devil" for n in j.nodes})
     idle = set(idle_nodes())
     out.cons_tres_node = next((n for n in node_order() if n in idle), None)
+    out.cons_tres_host = _host(out.cons_tres_node) if out.cons_tres_node else None
     log = paths.LOG / "slurmctld.log"
     mark = log.stat().st_size
     job = Job("stream-c", "stream-triad", "stream-triad", 1)
     submit(job)
     out.new_job = job
+    out.new_job_host = _host(job.nodes[0])
     with open(log, encoding="utf-8", errors="replace") as f:
         f.seek(mark)
         out.ctld_job_lines = [ln for ln in f.read().splitlines()
                               if "select/clavis" in ln and f"JobId={job.id}" in ln]  # fmt: skip
     jobs.remove(b)
     jobs.append(job)
+
+
+def pinned_stream_job(st: dict[str, Any], jobs: list[Job], out: Outcome) -> Job:
+    """A user pins another streaming job to the node stream-b had, beside stream-a
+    (`sbatch -w`: an explicit node list is the user's to choose), so two devils share a
+    host again, as before Clavis had learnt anything; wait until clavisd classes it."""
+    node = next(n for j in jobs if j.tag == "stream-a" for n in j.nodes)
+    free = [n for n in idle_nodes() if _host(n) == _host(node)]
+    if not free:
+        raise DemoError(f"no idle node beside stream-a on {_host(node)}")
+    job = Job("stream-d", "stream-triad", "stream-triad", 1)
+    submit(job, ["-w", free[0]])
+    jobs.append(job)
+    scratch = Outcome()  # the first jobs' link and class times stay the story's
+    wait_linked(st, [job], scratch)
+    wait_classes(st, [job], scratch)
+    return job
 
 
 def cancel(jobs: list[Job]) -> None:
@@ -343,7 +371,7 @@ def _say(text: str) -> None:
     print(text, flush=True)
 
 
-def scenario(say: Callable[[str], None] = _say) -> Outcome:
+def scenario(say: Say = _say) -> Outcome:
     out = Outcome()
     t_all = time.monotonic()
     say("== 1. The cluster: a fresh testbed with the Clavis stack (clavis-testbed up --stack)")
@@ -384,25 +412,21 @@ def scenario(say: Callable[[str], None] = _say) -> Outcome:
             say(f"   application {a['app']}: {a['app_class']} ({a['jobs_seen']} decisions)")
         for ln in out.ctld_advice_lines:
             say(f"   slurmctld.log: {ln}")
-        say("\n== 5. clavis repack --dry-run: the plan clavisd proposes")
-        out.repack_dry = repack(st, apply=False)
-        for ln in (out.repack_dry["stdout"] + out.repack_dry["stderr"]).splitlines():
-            say(f"   {ln}")
-        say("   clavis repack --apply (no migrator agent runs on the testbed yet):")
-        out.repack_apply = repack(st, apply=True)
-        for ln in (out.repack_apply["stdout"] + out.repack_apply["stderr"]).splitlines():
-            say(f"   {ln}")
-        say(f"   exit status {out.repack_apply['rc']}")
-        say("\n== 6. A new streaming job of the same application, unhinted")
+        say("\n== 5. A new streaming job of the same application, unhinted")
         new_stream_job(st, jobs, out)
         nj = out.new_job
         assert nj is not None
         say(f"   stream-b ended; devil hosts now: {', '.join(out.devil_hosts)}; cons_tres "
             f"would take {out.cons_tres_node} (first idle node)")  # fmt: skip
         say(f"   job {nj.id} (sbatch -J {nj.name}) went to {','.join(nj.nodes)}, host "
-            f"{_host(nj.nodes[0])}")  # fmt: skip
+            f"{out.new_job_host}")  # fmt: skip
         for ln in out.ctld_job_lines:
             say(f"   slurmctld.log: {ln}")
+        d = pinned_stream_job(st, jobs, out)
+        say(f"   a user pins one more (sbatch -w {d.nodes[0]} -J stream-triad), beside "
+            f"stream-a on {_host(d.nodes[0])}: job {d.id}, classed {d.klass}")  # fmt: skip
+        say("\n== 6. clavis repack: the plan clavisd makes from the live reports, applied")
+        out.moves = demo_moves.run(st, jobs, say)
     finally:
         cancel(jobs)
     out.seconds["total"] = round(time.monotonic() - t_all, 1)
@@ -448,4 +472,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # run the package's copy: demo_moves imports this module as ctb.demo, and one copy
+    # must define DemoError and the rest
+    from ctb.demo import main as package_main
+
+    sys.exit(package_main())

@@ -1,6 +1,7 @@
 """Power model daemon: every second, each host's watts = idle + slope x busy cores.
 
-Busy cores come from the CPU time (cpuacct) of the host's LXC containers over the
+Busy cores come from the CPU time (cpuacct) of the LXC containers on the host now
+(placement.py: migrations move them) over the
 last interval; a host whose chassis was powered off (chassis-control wrote 0) reads
 its standby watts. The result goes to BMC_DIR/HOST/watts, which both the BMC's Watts
 sensor and the DCMI module read.
@@ -13,7 +14,7 @@ import signal
 import time
 from pathlib import Path
 
-from . import paths
+from . import paths, placement
 from .topology import Topology
 
 CGROUP_ROOTS = (Path("/sys/fs/cgroup/cpuacct"), Path("/sys/fs/cgroup/cpu,cpuacct"))
@@ -61,7 +62,7 @@ def serve(topo: Topology, interval: float = 1.0, max_seconds: float = 7 * 24 * 3
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
-    hosts = topo.hosts()
+    hosts = [h.name for h in topo.hosts()]
     last: dict[str, int | None] = {c.name: container_cpu_ns(c.name) for c in topo.containers()}
     last_t = time.monotonic()
     end = last_t + max_seconds
@@ -70,15 +71,16 @@ def serve(topo: Topology, interval: float = 1.0, max_seconds: float = 7 * 24 * 3
         now = time.monotonic()
         dt = max(now - last_t, 1e-3)
         last_t = now
+        on = placement.by_host(topo)  # where each node runs now (migrations move them)
         for host in hosts:
             busy = 0.0
-            for c in host.containers:
-                cur = container_cpu_ns(c.name)
-                prev = last.get(c.name)
+            for name in on.get(host, []):
+                cur = container_cpu_ns(name)
+                prev = last.get(name)
                 if cur is not None and prev is not None and cur >= prev:
                     busy += (cur - prev) / 1e9 / dt
-                last[c.name] = cur
-            d = paths.BMC / host.name
+                last[name] = cur
+            d = paths.BMC / host
             try:
                 powered = (d / "power").read_text().strip() != "0"
             except OSError:

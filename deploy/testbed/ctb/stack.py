@@ -2,17 +2,20 @@
 
     head netns ctb-core:   clavisd on HEAD_IP:7780 (config, SQLite store, secret, advice
                            in /run/clavis-testbed/clavis), select/clavis reads its advice
-    host netns ctb-rRhH:   clavis-monitor (its containers through LXC, its nft counters,
-                           its BMC over IPMI LAN+), reports signed to clavisd
+    host netns ctb-rRhH:   clavis-monitor (the containers on its host through LXC, its nft
+                           counters, its BMC over IPMI LAN+), reports signed to clavisd;
+                           clavis-migrator (agents.py), the steps clavisd sends
     node containers:       spank_clavis.so (plugstack.conf) -> /run/clavis-testbed/monitor/
-                           monitor.sock, which is the socket of the node's OWN host's monitor
+                           monitor.sock, which is the socket of the monitor of the host the
+                           node runs on now
 
 plugstack.conf is shared by every node and its `socket=` takes no per-node pattern, so
-every node names the same path, and each host's containers get a different directory
-bind-mounted there: the host side is /run/clavis-testbed/sockets/HOST (where that host's
-monitor listens), mounted read-only at /run/clavis-testbed/monitor in each of its
-containers. Every container gets the mount whether or not the stack runs, so the stack
-can be started on a running testbed.
+every node names the same path: in each node it is a symlink, in a per-node directory
+bind-mounted read-only at /run/clavis-testbed/monitor, to the socket of the host the node
+is on (/run/clavis-testbed/sockets/HOST, all of them bind-mounted read-only at the same
+path in every node). A migration re-points the symlink (placement.py); the mounts stay
+what CRIU restores. Every container gets the mounts whether or not the stack runs, so the
+stack can be started on a running testbed.
 
 The daemons are the project's own console scripts from the repository's .venv
 (`make .venv/.installed`; CLAVIS_VENV names another), run as programs: this module stays
@@ -33,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import cluster, misses, paths
+from . import agents, cluster, misses, paths, placement
 from .proc import CommandError, Owned, in_netns, run, spawn, stop
 from .state import State
 from .topology import Container, Topology
@@ -45,10 +48,10 @@ SECRET = CLAVIS_DIR / "secret"
 STORE = CLAVIS_DIR / "clavis.db"
 CLUSTER_DOC = paths.CLUSTER  # the solver's cluster document (cluster.py, written by up)
 MONITOR_TOPOLOGY = CLAVIS_DIR / "topology.toml"  # the monitors' traffic peers
-MONITORS = paths.RUN / "monitors"  # MONITORS/HOST: that monitor's config and spool
-SOCKETS = paths.RUN / "sockets"  # SOCKETS/HOST: that monitor's registration socket
-NODE_SOCKET_DIR = paths.RUN / "monitor"  # where each node sees its host's SOCKETS/HOST
-SOCKET_NAME = "monitor.sock"
+MONITORS = placement.MONITORS  # MONITORS/HOST: that monitor's config, spool, include file
+SOCKETS = placement.SOCKETS  # SOCKETS/HOST: that monitor's registration socket
+NODE_SOCKET_DIR = paths.RUN / "monitor"  # in each node: placement.node_link_dir(NODE)
+SOCKET_NAME = placement.SOCKET_NAME
 SPANK_SO = paths.REPO / "slurm-plugin" / "build" / "spank_clavis.so"
 # not in PluginDir (paths.PLUGINS): Slurm looks for its own plugins there
 SPANK_DIR = paths.ETC / "spank"
@@ -64,7 +67,7 @@ MONITOR = "clavis-monitor-"
 
 
 def socket_dir(host: str) -> Path:
-    return SOCKETS / host
+    return placement.socket_dir(host)
 
 
 def url(topo: Topology) -> str:
@@ -76,14 +79,22 @@ def running(st: State) -> bool:
     return any(p.what == CLAVISD for p in st.processes)
 
 
+def ours(p: Owned) -> bool:
+    return p.what == CLAVISD or p.what.startswith(MONITOR) or agents.ours(p)
+
+
 def node_mount(c: Container) -> str:
-    """The LXC mount entry giving node c its own host's monitor socket directory."""
-    d = socket_dir(c.host)
-    d.mkdir(parents=True, exist_ok=True)
-    inside = str(NODE_SOCKET_DIR).lstrip("/")
-    # read-only: a node can connect to the socket (sockets are exempt from a read-only
-    # mount) but not replace it
-    return f"lxc.mount.entry = {d} {inside} none ro,bind,create=dir 0 0\n"
+    """The LXC mount entries giving node c every host's monitor socket directory and,
+    at NODE_SOCKET_DIR, its own directory whose monitor.sock points at its host's."""
+    SOCKETS.mkdir(parents=True, exist_ok=True)
+    links = placement.node_link_dir(c.name)
+    links.mkdir(parents=True, exist_ok=True)
+    # read-only: a node can connect to a socket (sockets are exempt from a read-only
+    # mount) but not replace it or its link
+    return "".join(
+        f"lxc.mount.entry = {src} {str(dst).lstrip('/')} none ro,bind,create=dir 0 0\n"
+        for src, dst in ((SOCKETS, SOCKETS), (links, NODE_SOCKET_DIR))
+    )
 
 
 def add_node_mount(c: Container) -> None:
@@ -161,9 +172,9 @@ def write_clavisd_files(topo: Topology) -> dict[str, str]:
         f"[security]\nsecret_file = {_toml_str(str(SECRET))}\n"
         # one process: the testbed's machine is small and shared
         f'[ingest]\nwriter = "thread"\n'
-        # no internal applying loop: there is no migrator agent yet, and the demo runs
-        # `clavis repack --dry-run` itself
-        f"[repack]\ninterval_s = 0\ntime_limit_s = 10\nworkers = 1\n"
+        # no internal applying loop: an admin (or the demo) runs `clavis repack`
+        f"[repack]\ninterval_s = 0\ntime_limit_s = 10\nworkers = 1\nstep_deadline_s = 180\n"
+        f"{agents.addresses_toml(topo)}"
         f"[advice]\npath = {_toml_str(str(advice_path()))}\nvalid_s = 60\n"
         f"mode = {_toml_str(ADVICE_MODE)}\ngroup = {_toml_str(group)}\n",
     )
@@ -200,9 +211,11 @@ def monitor_config(topo: Topology, host_name: str, bmc: dict[str, Any]) -> str:
         f"[spool]\ndir = {_toml_str(str(d / 'spool'))}\n"
         f"[registration]\nsocket = {_toml_str(str(socket_dir(host.name) / SOCKET_NAME))}\n"
         f'[metrics]\nlisten = "127.0.0.1"\nport = {METRICS_PORT}\n'
-        # all containers share one lxcpath and the machine's cgroups: name this host's
+        # all containers share one lxcpath and the machine's cgroups: the include file
+        # names those on this host now (placement.py rewrites it when one moves)
         f"[containers]\nlxc_paths = {_toml_list([str(paths.LXC)])}\n"
-        f"include = {_toml_list([c.name for c in host.containers])}\nlxd_sockets = []\n"
+        f"include_file = {_toml_str(str(placement.include_file(host.name)))}\n"
+        f"rescan_s = 3.0\nlxd_sockets = []\n"
         f"[traffic]\ntopology_file = {_toml_str(str(MONITOR_TOPOLOGY))}\n"
         f'[power]\nmethods = ["ipmi-dcmi", "ipmi-sensor"]\n'
         f"bmc_host = {_toml_str(str(bmc['address']))}\nbmc_port = {int(bmc['port'])}\n"
@@ -322,20 +335,30 @@ def start(st: State, bmcs: dict[str, dict[str, Any]]) -> dict[str, str]:
         st.save()
         monitors.append(m)
     write_plugstack()
-    wait_reports(topo, [clavisd, *monitors])
+    migrators = agents.start(st, _program("clavis-migrator"), SECRET)
+    wait_reports(topo, [clavisd, *monitors, *migrators])
     return passwords
+
+
+def start_agents(st: State) -> None:
+    """`clavis-testbed agents start`: the migrators again (after `agents stop`)."""
+    if not running(st):
+        raise CommandError("the Clavis stack is not up (run `clavis-testbed up --stack`)")
+    if any(agents.ours(p) for p in st.processes):
+        raise CommandError("the migrator agents run already (`clavis-testbed agents stop`)")
+    agents.start(st, _program("clavis-migrator"), SECRET)
 
 
 def stop_stack(st: State) -> list[str]:
     """Stop the stack's daemons only (a failed `up --stack` on a running testbed) and
     forget them; the testbed itself stays. Returns what survived."""
     errors = []
-    ours = [p for p in st.processes if p.what == CLAVISD or p.what.startswith(MONITOR)]
-    for p in reversed(ours):
+    mine = [p for p in st.processes if ours(p)]
+    for p in reversed(mine):
         stop(p)
         if p.alive():
             errors.append(f"{p.what} (pid {p.pid}) survived SIGKILL")
-    st.processes = [p for p in st.processes if p not in ours or p.alive()]
+    st.processes = [p for p in st.processes if p not in mine or p.alive()]
     st.save()
     PLUGSTACK.unlink(missing_ok=True)
     return errors
@@ -368,11 +391,7 @@ def status(st: State) -> dict[str, Any] | None:
         )  # fmt: skip
     except OSError:
         pass
-    daemons = [
-        {**p.to_dict(), "alive": p.alive()}
-        for p in st.processes
-        if p.what == CLAVISD or p.what.startswith(MONITOR)
-    ]
+    daemons = [{**p.to_dict(), "alive": p.alive()} for p in st.processes if ours(p)]
     return {
         "clavisd": {
             "url": url(topo),
@@ -389,12 +408,15 @@ def status(st: State) -> dict[str, Any] | None:
                 "config": str(MONITORS / h.name / "monitor.toml"),
                 "socket": str(socket_dir(h.name) / SOCKET_NAME),
                 "socket_in_nodes": str(NODE_SOCKET_DIR / SOCKET_NAME),
+                "include_file": str(placement.include_file(h.name)),
                 "metrics": f"http://127.0.0.1:{METRICS_PORT}/metrics",
                 "log": str(paths.LOG / f"monitor-{h.name}.log"),
                 "last_report_age_s": ages.get(h.name),
             }
             for h in topo.hosts()
         },
+        "migrators": agents.status(st),
+        "placement": str(placement.FILE),
         "plugstack": str(PLUGSTACK),
         "advice": advice_info,
         "daemons": daemons,
@@ -422,6 +444,9 @@ def table_lines(d: dict[str, Any] | None) -> list[str]:
         state = "running" if alive.get(f"{MONITOR}{host}") else "DEAD"
         seen = "no report yet" if age is None else f"last report {age:.1f}s ago"
         out.append(f"  monitor {host}: {state}, {seen}")
+    for host, a in d.get("migrators", {}).items():
+        state = "running" if a["running"] else "DEAD"
+        out.append(f"  migrator {host}: {state}, {a['address']} {a['answer']}")
     a = d["advice"]
     fresh = "absent" if a["age_s"] is None else f"written {a['age_s']:.1f}s ago, mode {a['mode']}"
     out.append(f"  advice {a['path']}: {fresh}")

@@ -76,6 +76,9 @@ class Topology:
     hosts_per_rack: int = 2
     containers_per_host: int = 2
     cpus_per_container: int = 1
+    # cores of each host that no node container uses: room a migration can use (a full
+    # cluster's moves form cycles no plan can order; see docs/testbed.md, "Moving nodes")
+    spare_cpus_per_host: int = 0
     memory_mb_per_container: int = 1024
     core_rate_mbit: int = 100
     net_prefix: str = "10.213"
@@ -96,6 +99,7 @@ class Topology:
         bounded("hosts_per_rack", self.hosts_per_rack, 1, MAX_HOSTS_PER_RACK)
         bounded("containers_per_host", self.containers_per_host, 1, MAX_CONTAINERS_PER_HOST)
         bounded("cpus_per_container", self.cpus_per_container, 1, 64)
+        bounded("spare_cpus_per_host", self.spare_cpus_per_host, 0, 512)
         bounded("memory_mb_per_container", self.memory_mb_per_container, 64, 1048576)
         bounded("core_rate_mbit", self.core_rate_mbit, 1, 10000)
         bounded("bmc_base_port", self.bmc_base_port, 1024, 65000)
@@ -187,8 +191,13 @@ class Topology:
         return tuple(c for h in self.hosts() for c in h.containers)
 
     def host_cores(self) -> int:
-        """Cores of one emulated physical host: the Slurm CPUs of its containers."""
-        return self.containers_per_host * self.cpus_per_container
+        """Cores of one emulated physical host: the Slurm CPUs of its containers and its
+        spare ones."""
+        return self.containers_per_host * self.cpus_per_container + self.spare_cpus_per_host
+
+    def host_slots(self) -> int:
+        """How many node containers fit on one host (its cores over a node's CPUs)."""
+        return self.host_cores() // self.cpus_per_container
 
     def cpusets(self, machine_cpus: Sequence[int]) -> dict[str, tuple[int, ...]]:
         """The machine CPUs each container (Slurm node) is pinned to, by name.
@@ -222,6 +231,7 @@ _KEYS = {
     "hosts_per_rack": "hosts_per_rack",
     "containers_per_host": "containers_per_host",
     "cpus_per_container": "cpus_per_container",
+    "spare_cpus_per_host": "spare_cpus_per_host",
     "memory_mb_per_container": "memory_mb_per_container",
     "core_rate_mbit": "core_rate_mbit",
     "net_prefix": "net_prefix",
