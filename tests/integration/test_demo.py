@@ -52,7 +52,10 @@ def outcome() -> Any:
     lines: list[str] = []
     t0 = time.monotonic()
     try:
-        out = demo.scenario(say=lines.append)
+        try:
+            out = demo.scenario(say=lines.append)
+        except demo.DemoError as exc:
+            raise AssertionError(f"{exc}\n--- the demo said:\n" + "\n".join(lines)) from exc
         seconds = time.monotonic() - t0
         # the demo cancels its jobs: the queue empties (bounded)
         deadline = time.monotonic() + 30
@@ -154,9 +157,10 @@ def test_plan_applied_end_to_end(outcome: dict[str, Any]) -> None:
     # every moved node runs where the plan put it, as the testbed records it
     assert m.expected and all(m.placement[n] == h for n, h in m.expected.items()), m
     where = m.placement
-    # three streaming jobs now (stream-a, stream-c, the pinned stream-d): apart
+    # the streaming jobs left (stream-a, stream-c and, when it was needed, the pinned
+    # stream-d): each on its own host
     devil_nodes = [n for j in out.jobs if j.name == "stream-triad" for n in m.jobs_before[j.id]]
-    assert len(devil_nodes) == 3 and len({where[n] for n in devil_nodes}) == 3, (where, m)
+    assert len(devil_nodes) >= 2 and len({where[n] for n in devil_nodes}) == len(devil_nodes)
     mpi = m.jobs_before[next(j.id for j in out.jobs if j.tag == "mpi")]
     assert len(mpi) == 2 and where[mpi[0]] == where[mpi[1]], (where, m)
     # clavisd saw each moved node reported by its new host's monitor

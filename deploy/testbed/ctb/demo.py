@@ -341,14 +341,21 @@ def new_stream_job(st: dict[str, Any], jobs: list[Job], out: Outcome) -> None:
     jobs.append(job)
 
 
-def pinned_stream_job(st: dict[str, Any], jobs: list[Job], out: Outcome) -> Job:
-    """A user pins another streaming job to the node stream-b had, beside stream-a
-    (`sbatch -w`: an explicit node list is the user's to choose), so two devils share a
-    host again, as before Clavis had learnt anything; wait until clavisd classes it."""
-    node = next(n for j in jobs if j.tag == "stream-a" for n in j.nodes)
-    free = [n for n in idle_nodes() if _host(n) == _host(node)]
+def pinned_stream_job(st: dict[str, Any], jobs: list[Job], out: Outcome) -> Job | None:
+    """Unless two streaming jobs share a host already, a user pins another one to an
+    idle node of a host running one (`sbatch -w`: an explicit node list is the user's to
+    choose), so two devils share a host, as before Clavis had learnt anything; wait until
+    clavisd classes it. None when no pin was needed."""
+    devils: dict[str, int] = {}
+    for j in jobs:
+        if j.klass == "devil":
+            for n in j.nodes:
+                devils[_host(n)] = devils.get(_host(n), 0) + 1
+    if any(v > 1 for v in devils.values()):
+        return None
+    free = [n for n in node_order() if n in set(idle_nodes()) and _host(n) in devils]
     if not free:
-        raise DemoError(f"no idle node beside stream-a on {_host(node)}")
+        raise DemoError(f"no idle node on a devil's host {sorted(devils)}")
     job = Job("stream-d", "stream-triad", "stream-triad", 1)
     submit(job, ["-w", free[0]])
     jobs.append(job)
@@ -423,8 +430,9 @@ def scenario(say: Say = _say) -> Outcome:
         for ln in out.ctld_job_lines:
             say(f"   slurmctld.log: {ln}")
         d = pinned_stream_job(st, jobs, out)
-        say(f"   a user pins one more (sbatch -w {d.nodes[0]} -J stream-triad), beside "
-            f"stream-a on {_host(d.nodes[0])}: job {d.id}, classed {d.klass}")  # fmt: skip
+        if d is not None:
+            say(f"   a user pins one more (sbatch -w {d.nodes[0]} -J stream-triad) on "
+                f"{_host(d.nodes[0])}, beside a devil: job {d.id}, classed {d.klass}")  # fmt: skip
         say("\n== 6. clavis repack: the plan clavisd makes from the live reports, applied")
         out.moves = demo_moves.run(st, jobs, say)
     finally:
