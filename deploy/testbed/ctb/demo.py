@@ -268,7 +268,9 @@ def wait_classes(st: dict[str, Any], jobs: list[Job], out: Outcome) -> None:
     while time.monotonic() < t0 + CLASS_S:
         cs = _containers(st)
         got = {n: cs.get(n, {}).get("klass") for j in jobs for n in j.nodes}
-        if all(got[n] == EXPECTED[j.name] for j in jobs for n in j.nodes):
+        # decided by the container's own samples, not only remembered for its application
+        own = all(cs.get(n, {}).get("class_source") == "samples" for j in jobs for n in j.nodes)
+        if own and all(got[n] == EXPECTED[j.name] for j in jobs for n in j.nodes):
             out.classed_s = round(time.monotonic() - t0, 1)
             out.containers = cs
             for j in jobs:
