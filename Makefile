@@ -8,7 +8,7 @@ include deploy/testbed/testbed.mk
 
 .PHONY: demo demo-parapluie test lint typecheck unit bench-solver bench-pareto bench-ingest schemas clean \
 	bench-realistic bench-realistic-quick postgres-install monitor-install bench-monitor bench-testbed bench-migration bench-demo slurm-plugin \
-	ui-install ui ui-test bench-ui
+	ui-install ui ui-test bench-ui bench-migration-faults
 
 $(STAMP): solver/requirements.lock solver/pyproject.toml contracts/pyproject.toml monitor/pyproject.toml migrator/pyproject.toml \
 	    deploy/bootstrap/python.sh
@@ -50,6 +50,7 @@ typecheck: $(STAMP)
 	    bench/plugin/plugin_bench.py \
 	    bench/migration/migration_bench.py \
 	    monitor/clavis_monitor migrator/clavis_migrator
+	$(VENV)/bin/mypy bench/migration/faults.py
 
 unit: $(STAMP) testbed-install postgres-install monitor-install slurm-plugin ui
 	$(VENV)/bin/pytest -q
@@ -118,6 +119,10 @@ bench-migration: $(STAMP) testbed-install
 # `make demo` cold and warm (root; takes the testbed tests' lock)
 bench-demo: $(STAMP) testbed-install slurm-plugin
 	flock /tmp/clavis-bench.lock $(PY) bench/testbed/demo_bench.py
+
+# the migrator's fault matrix on the testbed, each case 10 times (about 40 minutes)
+bench-migration-faults: $(STAMP) testbed-install
+	$(PY) bench/migration/faults.py
 
 schemas: $(STAMP)
 	$(VENV)/bin/clavis schema --write docs/schema

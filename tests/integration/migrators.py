@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -68,12 +69,14 @@ class Agents:
     def state_dir(self, host: str) -> Path:
         return self.root / host
 
-    def start(self, host: str, cores: int, pause_at: str = "") -> None:
+    def start(
+        self, host: str, cores: int, pause_at: str = "", peer_timeout_s: float = 60.0
+    ) -> None:
         cfg = self.root / f"{host}.toml"
         cfg.write_text(
             f'host = "{host}"\nlisten = "{host_ip(self.testbed, host)}"\nport = {PORT}\n'
             f'secret_file = "{self.secret}"\nstate_dir = "{self.state_dir(host)}"\n'
-            f"cores = {cores}\nmemory_bytes = {16 * 2**30}\npeer_timeout_s = 60.0\n"
+            f"cores = {cores}\nmemory_bytes = {16 * 2**30}\npeer_timeout_s = {peer_timeout_s}\n"
             f"precopy_rounds = {self.precopy_rounds}\n"
             + (f'network_hook = ["{self.hook}"]\n' if self.hook else "")
             + f'[lxc]\nlxcpath = "{tb.RUN_DIR / "lxc"}"\ncriu = "{self.testbed["criu"]}"\n'
@@ -139,14 +142,20 @@ class Agents:
 
 
 def step(
-    testbed: dict[str, Any], ids: tuple[int, int], container: str, source: str, target: str
+    testbed: dict[str, Any],
+    ids: tuple[int, int],
+    container: str,
+    source: str,
+    target: str,
+    *,
+    deadline_s: float = 300,
 ) -> dict[str, Any]:
     plan, index = ids
     return {
         "step_id": f"{plan}:{index}", "plan": plan, "index": index, "wave": 0,
         "container": container, "source": source, "target": target,
         "target_address": f"{host_ip(testbed, target)}:{PORT}",
-        "memory_bytes": 2**30, "cores": 1, "deadline_s": 300,
+        "memory_bytes": 2**30, "cores": 1, "deadline_s": deadline_s,
     }  # fmt: skip
 
 
@@ -158,8 +167,90 @@ def lxc_state(container: str, host: str) -> str:
     ).strip()  # fmt: skip
 
 
+def running_on(testbed: dict[str, Any], container: str) -> list[str]:
+    """The hosts where ``container`` is RUNNING; and it must have one LXC monitor only
+    (every host's processes are on this machine: a second copy would show here)."""
+    hosts = [h["name"] for h in testbed["hosts"] if lxc_state(container, h["name"]) == "RUNNING"]
+    ps = tb.run(["ps", "-eo", "args"])
+    monitors = [ln for ln in ps.splitlines() if ln.startswith("[lxc monitor]")
+                and ln.split()[-1] == container]  # fmt: skip
+    assert len(monitors) == len(hosts), (hosts, monitors)
+    return hosts
+
+
+def send_home(
+    testbed: dict[str, Any], root: Path, container: str, home: str, hook: str = ""
+) -> None:
+    """Leave the testbed as the other tests expect it: ``container`` on its own host
+    (moved back by two fresh agents if a test ended with it elsewhere)."""
+    if lxc_state(container, home) == "RUNNING":
+        return
+    names = [h["name"] for h in testbed["hosts"] if h["name"] != home]
+    away = [h for h in names if lxc_state(container, h) == "RUNNING"]
+    if not away:
+        return
+    a = Agents(testbed, root / "home", [home, away[0]], cores=8, hook=hook)
+    try:
+        a.send(step(testbed, (99, 0), container, away[0], home))
+        a.wait(away[0], "99:0")
+    finally:
+        a.stop()
+
+
+def no_images_left(agents: Agents, hosts: list[str]) -> None:
+    """Nothing half-moved: no image file in any agent's outgoing or incoming directory."""
+    for host in hosts:
+        for sub in ("outgoing", "incoming"):
+            d = agents.state_dir(host) / sub
+            left = [str(p) for p in d.rglob("*") if p.is_file()]
+            assert not left, (host, sub, left)
+
+
 def attach(container: str, host: str, shell: str) -> str:
     return tb.run(
         ["nsenter", f"--net=/run/netns/ctb-{host}", "--",
          "lxc-attach", "-n", container, "-P", str(tb.RUN_DIR / "lxc"), "--", "sh", "-c", shell]
     )  # fmt: skip
+
+
+def wait_until(pred: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.2)
+    return bool(pred())
+
+
+def count_lines(f: Path) -> int:
+    return len(f.read_text().split()) if f.exists() else 0
+
+
+def start_job(testbed: dict[str, Any], node: str, lines: int) -> tuple[str, Path]:
+    """A batch job on ``node`` writing one line every 0.1 s to a shared file."""
+    # a file of its own: the job of a test that failed may still be writing to its file
+    counter = Path(testbed["shared_dir"]) / f"migrator-job-{time.time_ns()}.count"
+    out = tb.slurm(
+        ["sbatch", "--parsable", "-w", node, "-N", "1", "-o", "/tmp/migrator-job.out",
+         "--wrap", f"for i in $(seq 1 {lines}); do echo $i >> {counter}; sleep 0.1; done"]
+    )  # fmt: skip
+    assert wait_until(lambda: count_lines(counter) >= 10, 30), tb.slurm(["squeue"])
+    return out.strip().split(";")[0], counter
+
+
+def job_ends_well(job: str, node: str, counter: Path, lines: int) -> None:
+    """Every line written once in order, one uninterrupted COMPLETED run in accounting
+    (-D: a requeued job would show twice), and the node takes new work."""
+    assert wait_until(lambda: count_lines(counter) >= lines, 90), count_lines(counter)
+    assert counter.read_text().split() == [str(i) for i in range(1, lines + 1)]
+    assert wait_until(
+        lambda: (
+            tb.slurm(["sacct", "-n", "-X", "-D", "-j", job, "-o", "State,ExitCode"]).split()
+            == ["COMPLETED", "0:0"]
+        ),
+        60,
+    ), tb.slurm(["sacct", "-D", "-j", job])
+    assert wait_until(
+        lambda: tb.slurm(["sinfo", "-h", "-n", node, "-o", "%T"]).strip() == "idle", 30
+    )
+    assert tb.slurm(["srun", "-w", node, "-N", "1", "hostname"], timeout=60).strip() == node

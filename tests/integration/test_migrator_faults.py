@@ -1,0 +1,200 @@
+"""Issue 14's fault matrix on the testbed, each case run RUNS times (3 in the suite;
+bench/migration/faults.py runs them 10 times): a node container with a running batch job
+is being moved from r1h1 to r1h2 by two real agents (LXC, CRIU 4.2.1) when something
+breaks. Every time the container ends running exactly once (on the source, or on the
+target after the commit), the job finishes with every line written once and one
+uninterrupted run in accounting, no image is left on either host, and the agents'
+records say what happened."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from . import tb
+from .migrators import (
+    Agents,
+    job_ends_well,
+    no_images_left,
+    running_on,
+    send_home,
+    start_job,
+    step,
+    wait_until,
+)
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(not tb.is_root(), reason="the testbed needs root"),
+]
+
+NODE = "r1h1c2"  # on r1h1, moved to r1h2 (same rack)
+RUNS = int(os.environ.get("CLAVIS_FAULT_RUNS", "3"))
+# 3 cores each: r1h2 with its own 2 nodes takes one more
+CORES = 3
+
+
+def _ends_on_source(
+    a: Agents, testbed: dict[str, Any], doc: dict[str, Any], deadline_s: float = 300
+) -> None:
+    assert doc["state"] == "rolled_back", (doc, a.log("r1h1"), a.log("r1h2"))
+    assert "rolled back: restored on r1h1" in doc["message"], doc
+    assert running_on(testbed, NODE) == ["r1h1"]
+    # the same step id again: its status, never a second run
+    again = step(testbed, (1, 0), NODE, "r1h1", "r1h2", deadline_s=deadline_s)
+    assert a.send(again)["state"] == "rolled_back"
+
+
+@pytest.mark.parametrize("run", range(RUNS))
+def test_target_agent_killed_mid_transfer(
+    testbed: dict[str, Any], tmp_path: Path, run: int
+) -> None:
+    """kill -9 of the target's agent when the first image chunk arrives: the source's
+    transfer fails, it restores the container at home; the target, restarted, drops the
+    partial images."""
+    a = Agents(testbed, tmp_path, ["r1h1"], cores=CORES)
+    try:
+        a.start("r1h2", CORES, pause_at="target-receiving")
+        job, counter = start_job(testbed, NODE, 80)
+        a.send(step(testbed, (1, 0), NODE, "r1h1", "r1h2"))
+        assert wait_until(lambda: "pause point target-receiving reached" in a.log("r1h2"), 60)
+        a.kill("r1h2")
+        doc = a.wait("r1h1", "1:0")
+        assert "transfer to r1h2 failed 3 times" in doc["message"], doc
+        _ends_on_source(a, testbed, doc)
+        assert any(p.is_file() for p in (a.state_dir("r1h2") / "incoming").rglob("*"))
+        a.start("r1h2", CORES)  # a restarted target drops what it never restored
+        no_images_left(a, ["r1h1", "r1h2"])
+        job_ends_well(job, NODE, counter, 80)
+    finally:
+        a.stop()
+        send_home(testbed, tmp_path, NODE, "r1h1")
+
+
+@pytest.mark.parametrize("run", range(RUNS))
+def test_target_disk_full(testbed: dict[str, Any], tmp_path: Path, run: int) -> None:
+    """The target cannot take the images (a 256 KiB tmpfs over its incoming directory):
+    three transfers fail, the container is restored on its source."""
+    a = Agents(testbed, tmp_path, ["r1h1", "r1h2"], cores=CORES)
+    incoming = a.state_dir("r1h2") / "incoming"
+    try:
+        job, counter = start_job(testbed, NODE, 60)
+        tb.run(["mount", "-t", "tmpfs", "-o", "size=256k", "clavis-test-full", str(incoming)])
+        try:
+            a.send(step(testbed, (1, 0), NODE, "r1h1", "r1h2"))
+            doc = a.wait("r1h1", "1:0")
+        finally:
+            subprocess.run(["umount", str(incoming)], check=False, timeout=30)
+        assert "No space left on device" in doc["message"], doc
+        assert "failed 3 times" in doc["message"], doc
+        _ends_on_source(a, testbed, doc)
+        no_images_left(a, ["r1h1", "r1h2"])
+        job_ends_well(job, NODE, counter, 60)
+    finally:
+        a.stop()
+        send_home(testbed, tmp_path, NODE, "r1h1")
+
+
+@pytest.mark.parametrize("run", range(RUNS))
+def test_source_agent_killed_after_the_dump(
+    testbed: dict[str, Any], tmp_path: Path, run: int
+) -> None:
+    """kill -9 of the source's agent once the container is dumped: the container is down
+    until the agent restarts, which restores it on the source; the target keeps nothing."""
+    a = Agents(testbed, tmp_path, ["r1h2"], cores=CORES)
+    try:
+        a.start("r1h1", CORES, pause_at="after-checkpoint")
+        job, counter = start_job(testbed, NODE, 80)
+        a.send(step(testbed, (1, 0), NODE, "r1h1", "r1h2"))
+        assert wait_until(lambda: "pause point after-checkpoint reached" in a.log("r1h1"), 60)
+        a.kill("r1h1")
+        assert running_on(testbed, NODE) == []
+        a.start("r1h1", CORES)
+        doc = a.wait("r1h1", "1:0")
+        assert "agent restarted during phase transfer" in doc["message"], doc
+        _ends_on_source(a, testbed, doc)
+        no_images_left(a, ["r1h1", "r1h2"])
+        job_ends_well(job, NODE, counter, 80)
+    finally:
+        a.stop()
+        send_home(testbed, tmp_path, NODE, "r1h1")
+
+
+def _link(state: str) -> None:
+    """r1h2's cable at the rack switch: its port in the rack's netns (ctb-r1)."""
+    tb.run(["ip", "-n", "ctb-r1", "link", "set", "h-r1h2", state])
+
+
+@pytest.mark.parametrize("run", range(RUNS))
+def test_link_between_the_hosts_cut_mid_transfer(
+    testbed: dict[str, Any], tmp_path: Path, run: int
+) -> None:
+    """r1h2's link is cut while the first image chunk is on its way (the target holds it
+    2 s, pause point target-receiving:2) and comes back once the source has given that
+    transfer up (its 5 s call timeout): the source starts the transfer over from nothing
+    and the move completes; the target ran nothing half-received."""
+    a = Agents(testbed, tmp_path, [], cores=CORES)
+    try:
+        a.start("r1h1", CORES, peer_timeout_s=5.0)
+        a.start("r1h2", CORES, pause_at="target-receiving:2")
+        job, counter = start_job(testbed, NODE, 100)
+        a.send(step(testbed, (1, 0), NODE, "r1h1", "r1h2"))
+        assert wait_until(lambda: "pause point target-receiving reached" in a.log("r1h2"), 60)
+        _link("down")
+        try:
+            assert wait_until(lambda: "transfer attempt 1" in a.log("r1h1"), 30), a.log("r1h1")
+        finally:
+            _link("up")
+        doc = a.wait("r1h1", "1:0")
+        assert doc["state"] == "done", (doc, a.log("r1h1"), a.log("r1h2"))
+        assert "(restarted after attempt 1:" in doc["message"], doc
+        assert "committed: r1h1c2 runs on r1h2" in doc["message"], doc
+        assert running_on(testbed, NODE) == ["r1h2"]
+        no_images_left(a, ["r1h1", "r1h2"])
+        job_ends_well(job, NODE, counter, 100)
+    finally:
+        _link("up")
+        a.stop()
+        send_home(testbed, tmp_path, NODE, "r1h1")
+
+
+@pytest.mark.parametrize("run", range(RUNS))
+def test_link_cut_until_the_source_gives_up(
+    testbed: dict[str, Any], tmp_path: Path, run: int
+) -> None:
+    """r1h2's link is cut while the first image chunk is on its way and stays cut: the
+    source's three transfers time out (5 s each), it cannot tell the target to abort, and
+    restores the container at home. The target, reachable again, deletes the images it
+    never restored once the step's deadline has passed (its source can no longer ask for
+    a restore), which also frees the cores they held there."""
+    a = Agents(testbed, tmp_path, [], cores=CORES)
+    try:
+        a.start("r1h1", CORES, peer_timeout_s=5.0)
+        a.start("r1h2", CORES, pause_at="target-receiving:2")
+        job, counter = start_job(testbed, NODE, 80)
+        a.send(step(testbed, (1, 0), NODE, "r1h1", "r1h2", deadline_s=25))
+        assert wait_until(lambda: "pause point target-receiving reached" in a.log("r1h2"), 60)
+        _link("down")
+        try:
+            doc = a.wait("r1h1", "1:0", timeout=90)
+        finally:
+            _link("up")
+        assert "transfer to r1h2 failed 3 times" in doc["message"], doc
+        assert "target abort failed" in doc["message"], doc
+        _ends_on_source(a, testbed, doc, deadline_s=25)
+        # (the images may already be gone: the rollback ends about when the deadline passes)
+        incoming = a.state_dir("r1h2") / "incoming"
+        assert wait_until(lambda: not any(p.is_file() for p in incoming.rglob("*")), 40), a.log(
+            "r1h2"
+        )
+        assert "1:0 host=r1h2 images deleted: deadline passed" in a.log("r1h2")
+        no_images_left(a, ["r1h1", "r1h2"])
+        job_ends_well(job, NODE, counter, 80)
+    finally:
+        _link("up")
+        a.stop()
+        send_home(testbed, tmp_path, NODE, "r1h1")
