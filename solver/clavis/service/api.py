@@ -22,7 +22,14 @@ from pydantic import ValidationError
 from clavis.documents import describe
 from clavis.model import Front, WeightsFile
 from clavis.objectives import Weights
-from clavis.service import calibration_api, history_api, reports, ui_api, ui_static
+from clavis.service import (
+    calibration_api,
+    history_api,
+    hostpower_api,
+    reports,
+    ui_api,
+    ui_static,
+)
 from clavis.service import schemas as s
 from clavis.service.auth import (
     AuthError,
@@ -294,6 +301,7 @@ def create_app(d: Clavisd) -> FastAPI:
     app.include_router(calibration_api.router(require("admin"), require("viewer"), _AUTH_ERRORS))
     app.include_router(ui_api.router(require("admin"), require("viewer"), _AUTH_ERRORS))
     app.include_router(history_api.router(require("viewer"), _AUTH_ERRORS))
+    app.include_router(hostpower_api.router(require("admin"), _AUTH_ERRORS))
     ui_static.mount(app, d.config.server.ui_dir)
 
     def openapi() -> dict[str, Any]:

@@ -20,6 +20,7 @@ from pydantic import (
 )
 
 from clavis.documents import InputError, decode, describe
+from clavis.service.hostpower_config import HostPowerConfig
 from clavis_contracts.advice import MAX_VALID_S
 
 DEFAULT_PATH: Final = Path("/etc/clavis/clavis.toml")
@@ -254,6 +255,7 @@ class Config(_Section):
     repack: RepackConfig = RepackConfig()
     migrator: MigratorConfig = MigratorConfig()
     advice: AdviceConfig = AdviceConfig()
+    host_power: HostPowerConfig = HostPowerConfig()
 
     @model_validator(mode="after")
     def _writer_reaches_the_store(self) -> Config:

@@ -32,6 +32,7 @@ from clavis.service.auth import AgentAuth, SecretFileError, hash_password, load_
 from clavis.service.classify import threshold_for
 from clavis.service.config import DEFAULT_PATH, Config, ConfigError, load_config
 from clavis.service.gcpolicy import long_lived_heap
+from clavis.service.hostpower import HostPower, containers_per_host
 from clavis.service.ingest import Ingestor
 from clavis.service.maintenance import Task
 from clavis.service.pausepoints import pause_point
@@ -96,6 +97,13 @@ class Clavisd:
         self._advice: tuple[object, dict[str, Any]] | None = None
         # With the ingest writer in a process, full advice builds get one too (start()).
         self._advice_worker: AdviceWorker | None = None
+        self.host_power: HostPower | None = None
+        if config.host_power.enabled:  # raises BmcPasswordError (exit 2) for a bad file
+            engine = self.store.engine
+            self.host_power = HostPower(
+                config.host_power, engine, hosts=self.host_names, now=self.started,
+                occupancy=lambda: containers_per_host(engine), reported=self.last_report.get,
+            )  # fmt: skip
 
     # --- lifecycle --------------------------------------------------------------------
 
@@ -108,6 +116,8 @@ class Clavisd:
                 cfg.classify, cfg.advice.valid_s,
             )  # fmt: skip
             self._advice_worker.start()
+        if self.host_power is not None:
+            self.host_power.start()
         resumed = self.executor.resume()
         if resumed:
             log.info("resumed plans %s", resumed)
@@ -116,6 +126,8 @@ class Clavisd:
     def stop(self) -> None:
         self._stop.set()
         self.executor.stop()
+        if self.host_power is not None:
+            self.host_power.stop()
         self.ingestor.stop()
         if self._loop.is_alive():
             self._loop.join(timeout=5)

@@ -212,6 +212,18 @@ sessions = Table(
 
 V1_TABLES: Final = [t for t in meta.sorted_tables if t is not schema_version]
 
+# The host power audit log (hostpower.py): every BMC action and its result, never updated.
+power_events = Table(
+    "power_events", meta,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("host", String(_NAME), nullable=False),
+    Column("action", String(16), nullable=False),  # status, soft, off, on
+    Column("result", String(16), nullable=False),  # sent, ok, failed, timeout, unknown; on/off
+    Column("message", Text, nullable=False),
+    Column("ts", Float, nullable=False),
+)  # fmt: skip
+Index("power_events_host", power_events.c.host, power_events.c.id)
+
 # Nonces of accepted signed requests, kept while their signature time is within the
 # allowed skew (after that the timestamp alone refuses a replay): a restarted clavisd
 # reloads them, so a request it accepted before the restart cannot be replayed after.
@@ -243,12 +255,17 @@ def _v4(conn: Connection) -> None:
         conn.execute(text("ALTER TABLE sessions ADD COLUMN credential VARCHAR(64)"))
 
 
+def _v5(conn: Connection) -> None:
+    meta.create_all(conn, tables=[power_events])
+
+
 Migration = tuple[int, str, Callable[[Connection], None]]
 MIGRATIONS: Final[list[Migration]] = [
     (1, "hosts, containers, jobs, samples, classes, power models, fronts, weights, plans", _v1),
     (2, "nonces of signed requests, so replay protection survives a restart", _v2),
     (3, "containers.class_hint: the user's --clavis-class, reported from schema 2 on", _v3),
     (4, "sessions.credential: a session ends when its user's role or password changes", _v4),
+    (5, "power_events: the audit log of BMC power actions (host power)", _v5),
 ]
 
 
