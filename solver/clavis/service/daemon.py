@@ -176,6 +176,7 @@ class Clavisd:
             fresh_s=self.config.ingest.max_report_age_s,
             threshold_mpki=self.config.classify.devil_threshold_mpki,
             host_thresholds=self.config.classify.host_thresholds,
+            not_on=self.host_power.not_on() if self.host_power is not None else frozenset(),
         )
 
     def publish_advice(self) -> None:

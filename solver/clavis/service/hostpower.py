@@ -207,6 +207,11 @@ class HostPower:
         with self._lock:
             return self.states[host]
 
+    def not_on(self) -> frozenset[str]:
+        """Hosts not known to be on: placement and repacking must not use them."""
+        with self._lock:
+            return frozenset(h for h, st in self.states.items() if st.power != "on")
+
     def _set(self, host: str, st: HostState) -> None:
         with self._lock:
             self.states[host] = st

@@ -52,13 +52,16 @@ def take(
     fresh_s: float,
     threshold_mpki: float,
     host_thresholds: Mapping[str, float],
+    not_on: frozenset[str] = frozenset(),
 ) -> Snapshot:
+    """``not_on``: hosts host power (hostpower.py) does not know to be on (off, unknown,
+    switching); they drain like quiet hosts, so no move targets a host that is off."""
     last = {h["name"]: h["last_report"] for h in hosts}
     new_hosts = []
     for h in cluster.hosts:
         seen = last.get(h.name)
         state = h.state
-        if state == "up" and (seen is None or now - seen > fresh_s):
+        if state == "up" and (seen is None or now - seen > fresh_s or h.name in not_on):
             state = "drain"
         new_hosts.append(h.model_copy(update={"power": _power(h, power_models.get(h.name)),
                                               "state": state}))  # fmt: skip

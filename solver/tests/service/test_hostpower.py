@@ -199,6 +199,9 @@ def test_empty_host_goes_to_standby_and_comes_back_on_request(
             assert "shutdown" in (h1.dir / "chassis.log").read_text()  # soft was tried first
             _until("standby watts", lambda: _watts(h1) == STANDBY_W)
             assert hp.state("h2").power == "on" and "on" in _status(h2)  # stay_on
+            # reported moments ago, but off: repacking must not move anything onto it
+            states = {h.name: h.state for h in d.snapshot(time.time()).cluster.hosts}
+            assert (states["h1"], states["h2"]) == ("drain", "up")
             assert [(e["host"], e["action"], e["result"]) for e in hp.events()] == [
                 ("h1", "soft", "sent"), ("h1", "off", "sent"), ("h1", "off", "ok")]  # fmt: skip
             metrics = client.get("/metrics").text
@@ -214,6 +217,7 @@ def test_empty_host_goes_to_standby_and_comes_back_on_request(
             assert hp.events("h1")[-2:][0]["action"] == "on"
             assert hp.events("h1")[-1]["result"] == "ok"
             assert d.last_report["h1"] >= hp.events("h1")[-2]["ts"]
+            assert {h.name: h.state for h in d.snapshot(time.time()).cluster.hosts}["h1"] == "up"
             metrics = client.get("/metrics").text
             assert 'clavis_host_power_actions_total{action="on",result="ok"} 1' in metrics
             assert client.post("/api/v1/hosts/h9/power-on",
