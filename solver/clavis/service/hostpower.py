@@ -277,6 +277,13 @@ class HostPower:
             while bmc.status() == "on" and time.monotonic() < deadline:
                 if self._stop.wait(POLL_S):
                     break
+            if self._stop.is_set():
+                # A stop cut the soft wait short: a hard off now would not be the
+                # configured grace the OS gets; the next clavisd decides afresh.
+                self._audit(host, "off", "failed", "clavisd stopped during the soft shutdown")
+                final = bmc.status()
+                self._set(host, HostState(final, self.state(host).since, empty))
+                return final
             if bmc.status() == "on":
                 bmc.command("off")
                 note = f"still on {cfg.soft_timeout_s:g} s after soft: chassis power off"

@@ -317,3 +317,28 @@ def test_config_refuses_bmcs_of_unknown_hosts_and_bad_addresses(tmp_path: Path) 
         load_config(_setup(tmp_path, {"h1": "127.0.0.1"}, pw))
     with pytest.raises(ConfigError, match="not in the cluster"):
         Clavisd(load_config(_setup(tmp_path, {"nohost": "127.0.0.1:623"}, pw)), SECRET)
+
+
+@needs_sim
+def test_bmc_back_after_an_outage_is_audited_once_each_way(
+    two_bmcs: dict[str, Bmc], tmp_path: Path
+) -> None:
+    h1 = two_bmcs["h1"]
+    cfg = _setup(tmp_path, {"h1": f"127.0.0.1:{h1.port}"}, h1.password_file, min_on_s=3600)
+    d = Clavisd(load_config(cfg), SECRET)
+    assert d.host_power is not None
+    hp = d.host_power
+    d.ingestor.start()  # stop() ends it
+    try:
+        hp.tick(time.time())
+        assert hp.state("h1").power == "on" and hp.events() == []
+        h1.stop()
+        hp.tick(time.time())
+        assert hp.state("h1").power == "unknown" and "h1" in hp.not_on()
+        _restart_with_password(h1)
+        hp.tick(time.time())
+        assert hp.state("h1").power == "on" and hp.not_on() == frozenset()
+        assert [(e["action"], e["result"]) for e in hp.events()] == [
+            ("status", "unknown"), ("status", "on")]  # fmt: skip
+    finally:
+        d.stop()
