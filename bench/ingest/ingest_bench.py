@@ -61,6 +61,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def host_secret(host: int) -> str:
+    return f"bench-key-of-h{host:04d}-0123456789"
+
+
 def setup(tmp: Path, hosts: int, port: int, writer: str = "process") -> Path:
     cluster = {"name": "bench", "hosts": [
         {"name": f"h{i:04d}", "rack": f"r{i // 40}", "cores": 32,
@@ -71,11 +75,18 @@ def setup(tmp: Path, hosts: int, port: int, writer: str = "process") -> Path:
     (tmp / "cluster.yaml").write_text(yaml.safe_dump(cluster))
     (tmp / "secret").write_bytes(SECRET)
     (tmp / "secret").chmod(0o600)
+    # one key per simulated host: each report is signed by its own host's key
+    keys = tmp / "agent-keys.toml"
+    keys.write_text("".join(
+        f'[[keys]]\nid = "h{i:04d}-k1"\nhost = "h{i:04d}"\nsecret = "{host_secret(i)}"\n'
+        for i in range(hosts)
+    ))  # fmt: skip
+    keys.chmod(0o600)
     cfg = tmp / "clavis.toml"
     cfg.write_text(
         f'cluster_file = "{tmp / "cluster.yaml"}"\n[server]\nport = {port}\n'
         f'[store]\nurl = "sqlite:///{tmp / "clavis.db"}"\n'
-        f'[security]\nsecret_file = "{tmp / "secret"}"\n'
+        f'[security]\nsecret_file = "{tmp / "secret"}"\nagent_keys_file = "{keys}"\n'
         f'[advice]\npath = "{tmp / "advice.json"}"\n[repack]\ninterval_s = 0\n'
         f'[ingest]\nwriter = "{writer}"\n'
     )
@@ -112,7 +123,10 @@ def prepare(args: argparse.Namespace, t0: float) -> list[list[bytes]]:
             due = t0 + host / args.hosts + k
             body = body_of(host, args.containers, due)
             head = "".join(
-                f"{h}: {v}\r\n" for h, v in sign(SECRET, "POST", PATH, body, due).items()
+                f"{h}: {v}\r\n"
+                for h, v in sign(
+                    host_secret(host).encode(), "POST", PATH, body, due, key_id=f"h{host:04d}-k1"
+                ).items()
             )
             reqs.append((
                 f"POST {PATH} HTTP/1.1\r\nHost: 127.0.0.1\r\n"

@@ -41,7 +41,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "monitor" / "tests"
 # The monitor tests' helpers (real cgroups, clavisd, ipmi_sim BMC, network namespaces).
 from monitor_tests.bmc import Bmc  # type: ignore[import-not-found]
 from monitor_tests.cgroups import CgroupSet  # type: ignore[import-not-found]
-from monitor_tests.clavisd import Clavisd, free_port  # type: ignore[import-not-found]
+from monitor_tests.clavisd import (  # type: ignore[import-not-found]
+    KEY,
+    Clavisd,
+    free_port,
+    write_key_file,
+)
 from monitor_tests.netns import Net  # type: ignore[import-not-found]
 from report import describe, machine, write_json, write_section
 
@@ -96,7 +101,7 @@ def agent_config(tmp: Path, args: argparse.Namespace, *, clavisd: Clavisd, cs: C
     )
     text = (
         f'host = "h1"\ninterval_s = {args.interval}\n'
-        f'[clavisd]\nurl = "{clavisd.url}"\nsecret_file = "{tmp / "secret"}"\n'
+        f'[clavisd]\nurl = "{clavisd.url}"\nkey_file = "{write_key_file(tmp / "key.toml", KEY)}"\n'
         f'[spool]\ndir = "{tmp / "spool"}"\n'
         f'[registration]\nsocket = "{tmp / "monitor.sock"}"\n'
         f'[metrics]\nlisten = "127.0.0.1"\nport = {metrics_port}\n'

@@ -9,6 +9,13 @@ Every agent request, and every clavisd request to an agent, carries three header
 
     CLAVIS-HMAC-SHA256 \\n METHOD \\n PATH \\n TIMESTAMP \\n NONCE \\n hex SHA-256 of the body
 
+A request signed with a per-host or admin key (clavis_contracts.keys) also carries
+
+    X-Clavis-Key-Id     the id of the key, which the receiver looks its secret up by
+
+and its canonical string has ``KEY-ID:<id>`` after the scheme's line, so the id cannot
+be swapped for another one's without breaking the signature.
+
 The receiver refuses a missing or wrong signature, a timestamp further than the allowed
 skew from its clock, and a nonce it has seen within that window (a replay). Nonces older
 than the window need not be remembered: their timestamps are refused anyway.
@@ -28,6 +35,7 @@ SCHEME: Final = "CLAVIS-HMAC-SHA256"
 TIMESTAMP: Final = "X-Clavis-Timestamp"
 NONCE: Final = "X-Clavis-Nonce"
 SIGNATURE: Final = "X-Clavis-Signature"
+KEY_ID: Final = "X-Clavis-Key-Id"
 _NONCE_RE: Final = re.compile(r"^[0-9a-f]{16,64}$")
 _SIG_RE: Final = re.compile(r"^[0-9a-f]{64}$")
 MIN_SECRET_BYTES: Final = 16
@@ -38,24 +46,38 @@ class SignatureError(Exception):
     """The request is not authentic; the message says why (never the secret)."""
 
 
-def canonical(method: str, path: str, timestamp: str, nonce: str, body: bytes) -> bytes:
+def canonical(
+    method: str, path: str, timestamp: str, nonce: str, body: bytes, *, key_id: str = ""
+) -> bytes:
     digest = hashlib.sha256(body).hexdigest()
-    return "\n".join((SCHEME, method.upper(), path, timestamp, nonce, digest)).encode()
+    head = (SCHEME, f"KEY-ID:{key_id}") if key_id else (SCHEME,)
+    return "\n".join((*head, method.upper(), path, timestamp, nonce, digest)).encode()
 
 
 def signature(secret: bytes, message: bytes) -> str:
     return hmac.new(secret, message, "sha256").hexdigest()
 
 
-def sign(secret: bytes, method: str, path: str, body: bytes, now: float) -> dict[str, str]:
-    """Headers that authenticate one request (a fresh nonce each call)."""
+def sign(
+    secret: bytes, method: str, path: str, body: bytes, now: float, *, key_id: str = ""
+) -> dict[str, str]:
+    """Headers that authenticate one request (a fresh nonce each call); with ``key_id``,
+    signed as that key's (the header names it)."""
     ts = str(int(now))
     nonce = secrets.token_hex(16)
-    return {
+    headers = {
         TIMESTAMP: ts,
         NONCE: nonce,
-        SIGNATURE: signature(secret, canonical(method, path, ts, nonce, body)),
+        SIGNATURE: signature(secret, canonical(method, path, ts, nonce, body, key_id=key_id)),
     }
+    if key_id:
+        headers[KEY_ID] = key_id
+    return headers
+
+
+def key_id_of(headers: Mapping[str, str]) -> str:
+    """The X-Clavis-Key-Id of a request's headers, or "" when it has none."""
+    return next((v for k, v in headers.items() if k.lower() == KEY_ID.lower()), "")
 
 
 class Signed(NamedTuple):
@@ -118,7 +140,8 @@ def verify(
         raise SignatureError(f"{NONCE} must be 16-64 lowercase hex characters")
     if not _SIG_RE.match(sig):
         raise SignatureError(f"{SIGNATURE} must be 64 lowercase hex characters")
-    expected = signature(secret, canonical(method, path, ts, nonce, body))
+    key_id = lower.get(KEY_ID.lower(), "")
+    expected = signature(secret, canonical(method, path, ts, nonce, body, key_id=key_id))
     if not hmac.compare_digest(expected, sig):
         raise SignatureError("signature does not match")
     skew = now - int(ts)

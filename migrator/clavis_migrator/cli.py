@@ -9,34 +9,17 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
-import stat
 import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from clavis_contracts.signing import read_secret
+from clavis_contracts.keys import KeyFileError, load_secret_file
 from clavis_migrator.agent import Agent
 from clavis_migrator.config import ConfigError, load
 from clavis_migrator.lxc import LxcBackend
 
 log = logging.getLogger("clavis_migrator")
-
-
-class StartError(Exception):
-    """The agent cannot start; the message says what to fix."""
-
-
-def secret_from(path: Path) -> bytes:
-    try:
-        st = path.stat()
-        if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-            raise StartError(f"secret file {path} must be readable by its owner only (chmod 600)")
-        return read_secret(path.read_bytes())
-    except OSError as exc:
-        raise StartError(f"secret file {path}: {exc.strerror}") from exc
-    except ValueError as exc:
-        raise StartError(f"secret file {path}: {exc}") from exc
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -57,9 +40,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("config ok")
         return 0
     try:
-        secret = secret_from(Path(cfg.secret_file))
+        secret = load_secret_file(Path(cfg.secret_file), "migrator secret")
         agent = Agent(cfg, secret, LxcBackend(cfg.lxc, Path(cfg.state_dir)))
-    except (StartError, OSError, ValueError) as exc:
+    except (KeyFileError, OSError, ValueError) as exc:
         print(f"clavis-migrator: cannot start: {exc}", file=sys.stderr)
         return 1
     stop = threading.Event()

@@ -9,13 +9,12 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
-import stat
 import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from clavis_contracts.signing import read_secret
+from clavis_contracts.keys import KeyFileError, own_key
 from clavis_monitor.agent import Agent
 from clavis_monitor.config import ConfigError, load
 from clavis_monitor.metrics import serve
@@ -24,22 +23,6 @@ from clavis_monitor.registry import RegistrationServer
 from clavis_monitor.sender import Sender, Spool
 
 log = logging.getLogger("clavis_monitor")
-
-
-class StartError(Exception):
-    """The agent cannot start; the message says what to fix."""
-
-
-def secret_from(path: Path) -> bytes:
-    try:
-        st = path.stat()
-        if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-            raise StartError(f"secret file {path} must be readable by its owner only (chmod 600)")
-        return read_secret(path.read_bytes())
-    except OSError as exc:
-        raise StartError(f"secret file {path}: {exc.strerror}") from exc
-    except ValueError as exc:
-        raise StartError(f"secret file {path}: {exc}") from exc
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -68,16 +51,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("config ok")
         return 0
     try:
-        secret = secret_from(Path(cfg.clavisd.secret_file))
+        key = own_key(Path(cfg.clavisd.key_file), cfg.host)
         counters = (
             RecordedCounters.from_file(args.recorded_counters) if args.recorded_counters else None
         )
-        sender = Sender(cfg.clavisd, Spool(cfg.spool), secret)
+        sender = Sender(cfg.clavisd, Spool(cfg.spool), key)
         agent = Agent(cfg, sender, counters=counters, recorded=counters is not None)
         server = RegistrationServer(
             Path(cfg.registration.socket), agent.registry, cfg.registration.request_timeout_s
         )
-    except (StartError, OSError, ValueError) as exc:
+    except (KeyFileError, OSError, ValueError) as exc:
         print(f"clavis-monitor: cannot start: {exc}", file=sys.stderr)
         return 1
     try:

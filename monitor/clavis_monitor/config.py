@@ -30,7 +30,11 @@ class ConfigError(ValueError):
 @dataclass(frozen=True)
 class ClavisdConfig:
     url: str = "http://127.0.0.1:7780"
-    secret_file: str = "/etc/clavis/secret"
+    # this host's agent key(s), root-only (clavis_contracts.keys); the first signs
+    key_file: str = "/etc/clavis/agent-key.toml"
+    # https: the CA certificate(s) clavisd's certificate is checked against; empty: the
+    # system's CAs (a self-signed clavisd certificate goes here itself)
+    ca_file: str = ""
     timeout_s: float = 5.0
     backoff_min_s: float = 1.0
     backoff_max_s: float = 60.0

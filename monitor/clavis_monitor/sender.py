@@ -17,12 +17,14 @@ from __future__ import annotations
 import http.client
 import logging
 import os
+import ssl
 import threading
 import time
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
+from clavis_contracts.keys import AgentKey
 from clavis_contracts.signing import sign
 from clavis_monitor.config import ClavisdConfig, SpoolConfig
 
@@ -98,8 +100,8 @@ class SendStats:
 class Sender:
     """Owns the connection to clavisd and the spool drain thread."""
 
-    def __init__(self, cfg: ClavisdConfig, spool: Spool, secret: bytes) -> None:
-        self.cfg, self.spool, self.secret = cfg, spool, secret
+    def __init__(self, cfg: ClavisdConfig, spool: Spool, key: AgentKey) -> None:
+        self.cfg, self.spool, self._key = cfg, spool, key
         url = urllib.parse.urlsplit(cfg.url)
         self._https = url.scheme == "https"
         self._host, self._port = url.hostname or "127.0.0.1", url.port
@@ -119,8 +121,15 @@ class Sender:
 
     def _connection(self) -> http.client.HTTPConnection:
         if self._conn is None:
-            cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
-            self._conn = cls(self._host, self._port, timeout=self.cfg.timeout_s)
+            if self._https:
+                trust = ssl.create_default_context(cafile=self.cfg.ca_file or None)
+                self._conn = http.client.HTTPSConnection(
+                    self._host, self._port, timeout=self.cfg.timeout_s, context=trust
+                )
+            else:
+                self._conn = http.client.HTTPConnection(
+                    self._host, self._port, timeout=self.cfg.timeout_s
+                )
         return self._conn
 
     def _post(self, body: bytes) -> int | None:
@@ -128,7 +137,7 @@ class Sender:
         path = self._prefix + PATH
         headers = {
             "Content-Type": "application/json",
-            **sign(self.secret, "POST", path, body, time.time()),
+            **sign(self._key.secret_bytes, "POST", path, body, time.time(), key_id=self._key.id),
         }
         try:
             conn = self._connection()

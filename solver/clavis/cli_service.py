@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
+import ssl
 import sys
 import time
 from pathlib import Path
@@ -25,8 +26,9 @@ import httpx
 
 from clavis.documents import InputError
 from clavis.report import UNITS
-from clavis.service.auth import SecretFileError, hash_password, load_secret
+from clavis.service.auth import hash_password
 from clavis.service.config import DEFAULT_PATH, ConfigError, load_config
+from clavis_contracts.keys import KeyFileError, load_keys
 from clavis_contracts.signing import sign
 
 
@@ -83,16 +85,24 @@ def _objectives_line(doc: dict[str, Any]) -> str | None:
 def cmd_repack(args: argparse.Namespace) -> int:
     try:
         config = load_config(Path(args.config))
-        secret = load_secret(Path(args.secret_file) if args.secret_file else
-                             config.security.secret_file)  # fmt: skip
-    except (ConfigError, SecretFileError) as exc:
+        keys_file = Path(args.keys_file) if args.keys_file else config.security.agent_keys_file
+        key = next((k for k in load_keys(keys_file) if k.role == "admin"), None)
+    except (ConfigError, KeyFileError) as exc:
         raise InputError(str(exc)) from exc
-    url = args.url or f"http://{config.server.listen}:{config.server.port}"
+    if key is None:  # host keys cannot repack (clavisd would answer 403)
+        raise InputError(f'{keys_file}: no admin key (role = "admin") to sign the request')
+    srv = config.server
+    url = args.url or f"{srv.scheme}://{srv.listen}:{srv.port}"
+    # HTTPS: trust the CA file given, else the server's own (self-signed) certificate,
+    # else the system's CAs (docs/clavisd.md, TLS)
+    ca = args.ca_file or (str(srv.tls_cert_file) if srv.tls_cert_file else None)
     path = "/api/v1/repack"
     body = json.dumps({"apply": bool(args.apply)}).encode()
-    headers = {**sign(secret, "POST", path, body, time.time()), "Content-Type": "application/json"}
+    headers = {**sign(key.secret_bytes, "POST", path, body, time.time(), key_id=key.id),
+               "Content-Type": "application/json"}  # fmt: skip
     try:
-        r = httpx.post(url + path, content=body, headers=headers, timeout=args.timeout)
+        r = httpx.post(url + path, content=body, headers=headers, timeout=args.timeout,
+                       verify=ssl.create_default_context(cafile=ca) if ca else True)  # fmt: skip
     except httpx.HTTPError as exc:
         raise InputError(f"clavisd at {url} did not answer: {exc}") from exc
     if r.status_code != 200:
@@ -146,8 +156,13 @@ def add_parsers(sub: Any) -> None:
     )
     mode.add_argument("--apply", action="store_true", help="store the plan and start it")
     r.add_argument("--config", default=str(DEFAULT_PATH), help=f"default {DEFAULT_PATH}")
-    r.add_argument("--secret-file", help="default: security.secret_file of the config")
+    r.add_argument(
+        "--keys-file", help="signed with its first admin key; default: security.agent_keys_file"
+    )
     r.add_argument("--url", help="clavisd base URL (default: server.listen/port of the config)")
+    r.add_argument(
+        "--ca-file", help="CA certificate(s) for HTTPS; default: server.tls_cert_file if set"
+    )
     r.add_argument("--timeout", type=float, default=300.0, help="seconds (default 300)")
     r.set_defaults(func=cmd_repack)
     h = sub.add_parser("hash-password", help="scrypt hash of a UI password for clavis.toml")

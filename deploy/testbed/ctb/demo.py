@@ -17,7 +17,7 @@ clavisd's P, D, C afterwards match the plan's). The demo's jobs are cancelled at
 end; the cluster stays up.
 
 Standard library only, like the testbed; clavisd's API is read with the repository's
-venv (signed with the agent secret, as root on the head may), and `clavis repack` is the
+venv (signed with the admin key, as root on the head may), and `clavis repack` is the
 venv's. tests/integration/test_demo.py runs the same scenario and checks its outcome
 (`--json`).
 """
@@ -65,13 +65,14 @@ Say = Callable[[str], None]
 
 _SIGNED_GET = """import sys, time, urllib.request
 from pathlib import Path
-from clavis.service.auth import load_secret
+from clavis_contracts.keys import load_keys
 from clavis_contracts.signing import sign
-base, secret_file, paths = sys.argv[1], sys.argv[2], sys.argv[3:]
-secret = load_secret(Path(secret_file))
+base, keys_file, paths = sys.argv[1], sys.argv[2], sys.argv[3:]
+key = next(k for k in load_keys(Path(keys_file)) if k.role == "admin")
 out = []
 for path in paths:
-    req = urllib.request.Request(base + path, headers=sign(secret, "GET", path, b"", time.time()))
+    headers = sign(key.secret_bytes, "GET", path, b"", time.time(), key_id=key.id)
+    req = urllib.request.Request(base + path, headers=headers)
     with urllib.request.urlopen(req, timeout=10) as r:
         out.append(r.read().decode())
 sys.stdout.write("\\x1e".join(out))
@@ -142,11 +143,11 @@ def status() -> dict[str, Any]:
 
 
 def api(st: dict[str, Any], *paths_: str) -> list[Any]:
-    """GET clavisd API paths, signed with the agent secret, from the head's netns."""
+    """GET clavisd API paths, signed with the admin key, from the head's netns."""
     c = st["stack"]["clavisd"]
     py = str(stack.VENV / "bin" / "python")
     argv = ["nsenter", f"--net=/run/netns/{c['netns']}", "--", py, "-c", _SIGNED_GET,
-            c["url"], c["secret_file"], *[f"/api/v1{p}" for p in paths_]]  # fmt: skip
+            c["url"], c["agent_keys_file"], *[f"/api/v1{p}" for p in paths_]]  # fmt: skip
     out = _run(argv, timeout=60).stdout
     return [json.loads(part) for part in out.split("\x1e")]
 

@@ -13,7 +13,23 @@ import time
 import urllib.request
 from pathlib import Path
 
-SECRET = b"monitor-test-secret-0123456789"
+from clavis_contracts.keys import AgentKey
+
+SECRET = b"monitor-test-secret-0123456789"  # clavisd's migrator secret
+KEY = AgentKey(id="h1-k1", host="h1", secret="monitor-test-key-of-h1-0123456789")
+ADMIN_KEY = AgentKey(id="admin-k1", role="admin", secret="monitor-test-admin-key-0123456789")
+
+
+def write_key_file(path: Path, *keys: AgentKey) -> Path:
+    """A private key file (clavis_contracts.keys) listing ``keys``."""
+    path.write_text("".join(
+        f'[[keys]]\nid = "{k.id}"\n'
+        + (f'host = "{k.host}"\n' if k.role == "agent" else 'role = "admin"\n')
+        + f'secret = "{k.secret}"\n'
+        for k in keys
+    ))  # fmt: skip
+    path.chmod(0o600)
+    return path
 
 
 def free_port() -> int:
@@ -50,6 +66,7 @@ def write_setup(
         f"[server]\nport = {port}\n"
         f'[store]\nurl = "sqlite:///{tmp / "clavis.db"}"\n'
         f'[security]\nsecret_file = "{secret}"\n'
+        f'agent_keys_file = "{write_key_file(tmp / "agent-keys.toml", KEY, ADMIN_KEY)}"\n'
         f'[advice]\npath = "{tmp / "advice.json"}"\n'
         f'[ingest]\nmax_report_age_s = {max_report_age_s}\nwriter = "thread"\n'
         "[repack]\ninterval_s = 0\n"

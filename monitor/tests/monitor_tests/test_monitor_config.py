@@ -13,6 +13,8 @@ import pytest
 from clavis_monitor.cli import main
 from clavis_monitor.config import Config, ConfigError, load, parse
 
+from .clavisd import KEY, write_key_file
+
 REPO = Path(__file__).resolve().parents[3]
 
 
@@ -64,14 +66,21 @@ def test_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     latin.write_bytes("# r\xe9glage\ninterval_s = 5\n".encode("latin-1"))
     assert main(["--config", str(latin)]) == 2
     assert f"{latin}: not UTF-8" in capsys.readouterr().err
-    secret = tmp_path / "secret"
-    secret.write_text("0123456789abcdef0123\n")
-    secret.chmod(0o644)
+    key = write_key_file(tmp_path / "key.toml", KEY)
+    key.chmod(0o644)
     good = tmp_path / "good.toml"
-    good.write_text(f'[clavisd]\nsecret_file = "{secret}"\n[spool]\ndir = "{tmp_path}/spool"\n')
+    good.write_text(
+        f'host = "h1"\n[clavisd]\nkey_file = "{key}"\n[spool]\ndir = "{tmp_path}/spool"\n'
+    )
     assert main(["--config", str(good), "--check-config"]) == 0
     assert main(["--config", str(good)]) == 1
     assert "chmod 600" in capsys.readouterr().err
+    # A key that speaks for another host: the monitor cannot sign this host's reports.
+    key.chmod(0o600)
+    good.write_text(good.read_text().replace('host = "h1"', 'host = "h2"'))
+    assert main(["--config", str(good)]) == 1
+    err = capsys.readouterr().err
+    assert "not this host 'h2'" in err and KEY.secret not in err
 
 
 def test_the_sample_config_is_the_defaults() -> None:
@@ -83,16 +92,14 @@ def test_the_sample_config_is_the_defaults() -> None:
 def test_a_busy_metrics_port_stops_the_start_with_a_message(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    secret = tmp_path / "secret"
-    secret.write_text("0123456789abcdef0123\n")
-    secret.chmod(0o600)
+    key = write_key_file(tmp_path / "key.toml", KEY)
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
         cfg = tmp_path / "m.toml"
         cfg.write_text(
-            f'[clavisd]\nsecret_file = "{secret}"\n[spool]\ndir = "{tmp_path}/spool"\n'
+            f'host = "h1"\n[clavisd]\nkey_file = "{key}"\n[spool]\ndir = "{tmp_path}/spool"\n'
             f'[registration]\nsocket = "{tmp_path}/m.sock"\n[metrics]\nport = {port}\n'
             '[traffic]\nbackend = "none"\n'
         )

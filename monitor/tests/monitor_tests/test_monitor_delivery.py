@@ -19,7 +19,7 @@ from clavis_monitor.config import parse
 from clavis_monitor.sender import Sender, Spool
 
 from .cgroups import CgroupSet
-from .clavisd import SECRET, Clavisd
+from .clavisd import KEY, Clavisd
 
 # Times scaled down by config: clavisd's freshness window is WINDOW_S (120 s by default)
 # and the outage several times that; the monitor's backoff may grow past the window.
@@ -58,7 +58,7 @@ def _agent(tmp: Path, url: str, cs: CgroupSet, **spool: int) -> Agent:
         "traffic": {"backend": "none"},
         "power": {"methods": ["rapl"], "rapl_root": str(tmp / "no-rapl"), "every_s": 1.0},
     })  # fmt: skip
-    sender = Sender(cfg.clavisd, Spool(cfg.spool), SECRET)
+    sender = Sender(cfg.clavisd, Spool(cfg.spool), KEY)
     return Agent(cfg, sender)
 
 

@@ -22,7 +22,7 @@ from clavis_monitor.perf import RecordedCounters
 from clavis_monitor.sender import Sender, Spool
 
 from .cgroups import CgroupSet
-from .clavisd import SECRET
+from .clavisd import KEY
 
 _LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"(?:,|$)')
@@ -126,7 +126,7 @@ def test_the_agents_series_carry_what_it_measured(cgroups: CgroupSet, tmp_path: 
         "traffic": {"backend": "none"},
         "power": {"methods": ["rapl"], "rapl_root": str(tmp_path / "no-rapl")},
     })  # fmt: skip
-    sender = Sender(cfg.clavisd, Spool(cfg.spool), SECRET)  # nothing listens: reports spool
+    sender = Sender(cfg.clavisd, Spool(cfg.spool), KEY)  # nothing listens: reports spool
     agent = Agent(cfg, sender, counters=recorded, recorded=True)
     step = {"op": "register", "node": "m1", "job_id": 8, "step_id": 0, "pids": [os.getpid()],
             "uid": 1000, "job_name": "lbm.sh", "class_hint": "devil"}  # fmt: skip

@@ -41,6 +41,7 @@ from clavis.service.auth import (
 )
 from clavis.service.classify import effective
 from clavis.service.front_runs import FrontRunner
+from clavis.service.limits import BodyLimits, BoundedBodies, LoginLimiter
 from clavis_contracts import MonitorReport
 from clavis_contracts.signing import SIGNATURE
 
@@ -57,17 +58,23 @@ def _d(request: Request) -> Clavisd:
     return d
 
 
-async def _signed(request: Request, body: bytes) -> None:
+async def _signed_by_admin(request: Request, body: bytes) -> str:
+    """A request signed with an admin key; a host's key gets 403 here, whatever the
+    endpoint: agent keys reach /reports and nothing else."""
     d = _d(request)
     try:
-        d.auth.check(request.method, request.url.path, body, dict(request.headers), time.time())
+        got = d.auth.check(request.method, request.url.path, body, dict(request.headers),
+                           time.time())  # fmt: skip
     except AuthError as exc:
         raise HTTPException(401, f"unauthenticated: {exc}") from None
+    if got.key.role != "admin":
+        raise HTTPException(403, f"forbidden: {got.key.id} is a host's agent key, not an admin key")
+    return f"key {got.key.id}"
 
 
 def require(role: Role) -> Any:
     """A dependency: a logged-in user with ``role`` (admin also passes viewer checks), or a
-    request signed with the shared secret (root on the head node, e.g. `clavis repack`)."""
+    request signed with an admin key (root on the head node, e.g. `clavis repack`)."""
 
     async def dep(request: Request) -> str:
         auth = request.headers.get("authorization", "")
@@ -86,8 +93,7 @@ def require(role: Role) -> Any:
                 raise HTTPException(403, f"forbidden: {role} role required")
             return found.user
         if SIGNATURE.lower() in {k.lower() for k in request.headers}:
-            await _signed(request, await request.body())
-            return "root"
+            return await _signed_by_admin(request, await request.body())
         raise HTTPException(401, "unauthenticated: log in or sign the request")
 
     return Depends(dep)
@@ -140,13 +146,23 @@ async def post_report(request: Request) -> Response:
     return JSONResponse(answer.body, status_code=answer.status)
 
 
-@router.post("/login", response_model=s.LoginOut, responses={401: _ERR})
+@router.post("/login", response_model=s.LoginOut, responses={401: _ERR, 413: _ERR, 429: _ERR})
 def login(request: Request, body: s.LoginIn) -> s.LoginOut:
     d = _d(request)
+    limiter: LoginLimiter = request.app.state.login_limiter
+    now = time.time()
+    # Failures count per client address and per user name (docs/clavisd.md, Security).
+    who = (f"address {request.client.host if request.client else '?'}", f"user {body.user}")
+    wait = limiter.retry_after(who, now)
+    if wait:
+        raise HTTPException(
+            429, f"too many failed logins; retry in {wait} s", headers={"Retry-After": str(wait)}
+        )
     user = next((u for u in d.config.users if u.name == body.user), None)
     # Check a password even for an unknown user, so timing does not reveal who exists.
     stored = user.password_scrypt if user else d.dummy_hash
     if not check_password(body.password, stored) or user is None:
+        limiter.failed(who, now)
         raise HTTPException(401, "unauthenticated: wrong user or password")
     token = secrets.token_urlsafe(32)
     expires = time.time() + d.config.security.session_ttl_s
@@ -295,6 +311,8 @@ def create_app(d: Clavisd) -> FastAPI:
     app = FastAPI(title="clavisd", version="1", openapi_url=f"{API}/openapi.json",
                   docs_url=None, redoc_url=None, lifespan=lifespan)  # fmt: skip
     app.state.clavisd = d
+    sec = d.config.security
+    app.state.login_limiter = LoginLimiter(sec.login_max_failures, sec.login_window_s)
     app.state.front_runner = runner
     app.add_exception_handler(RequestValidationError, invalid_request)
     app.include_router(router)
@@ -331,6 +349,14 @@ def create_app(d: Clavisd) -> FastAPI:
     return app
 
 
-def serve(d: Clavisd) -> reports.ReportFastPath:
-    """What clavisd serves: the API behind the report fast path."""
-    return reports.ReportFastPath(create_app(d), d)
+def serve(d: Clavisd) -> BoundedBodies:
+    """What clavisd serves: the API behind the report fast path, behind the bounds on
+    every request's body (limits.py)."""
+    srv, ing = d.config.server, d.config.ingest
+    bounds = BodyLimits(
+        report_bytes=ing.max_report_bytes,
+        login_bytes=srv.login_max_bytes,
+        other_bytes=srv.max_body_bytes,
+        timeout_s=srv.request_timeout_s,
+    )
+    return BoundedBodies(reports.ReportFastPath(create_app(d), d), bounds)

@@ -1,30 +1,34 @@
 """Who may call clavisd: agents by HMAC-signed requests, people by login and role.
 
-Agents (monitors, migrators) share one secret read from a root-only file; the request
-signing itself lives in ``clavis_contracts.signing`` so agents import it without the
-solver. UI users log in with a password (scrypt hashes in the config) and get a bearer
-token; the ``admin`` role may change weights and apply plans, ``viewer`` only reads.
-The secret and passwords never reach a log line or an error message.
+Each host's agents sign with that host's key, root's `clavis repack` with an admin key
+(clavis_contracts.keys: root-only key files; the signing itself is in
+``clavis_contracts.signing`` so agents import it without the solver). A host key is good
+for that host's reports only; only admin keys reach the admin endpoints. UI users log in
+with a password (scrypt hashes in the config) and get a bearer token; the ``admin`` role
+may change weights and apply plans, ``viewer`` only reads. Secrets and passwords never
+reach a log line or an error message.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-import os
+import logging
 import secrets
-import stat
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, Literal
+from typing import TYPE_CHECKING, Final, Literal, NamedTuple
 
+from clavis_contracts.keys import AgentKey, KeyFileError, load_keys, load_secret_file
 from clavis_contracts.signing import (
+    KEY_ID,
     REPLAYED,
     NonceCache,
     SignatureError,
     Signed,
-    read_secret,
+    key_id_of,
     verify,
 )
 
@@ -32,6 +36,7 @@ if TYPE_CHECKING:
     from clavis.service.config import User
     from clavis.service.store import Session, Store
 
+log = logging.getLogger("clavisd.auth")
 Role = Literal["admin", "viewer"]
 _SCRYPT_N: Final = 2**14
 _SCRYPT_R: Final = 8
@@ -42,31 +47,12 @@ class AuthError(Exception):
     """Authentication failed; the message is safe to return to the caller."""
 
 
-class SecretFileError(Exception):
-    """The shared secret file is missing, open to group or others, owned by another user
-    than root when root reads it, or too short."""
+SecretFileError = KeyFileError  # the name clavisd's callers know
 
 
 def load_secret(path: Path) -> bytes:
-    try:
-        st = path.stat()
-        data = path.read_bytes()
-    except OSError as exc:
-        raise SecretFileError(f"{path}: cannot read the shared secret: {exc.strerror}") from exc
-    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise SecretFileError(
-            f"{path}: the shared secret must be readable by its owner only (chmod 600); "
-            f"its mode is {stat.S_IMODE(st.st_mode):04o}"
-        )
-    if os.geteuid() == 0 and st.st_uid != 0:
-        # Root must not trust a secret another user can rewrite (its owner can chmod it).
-        raise SecretFileError(
-            f"{path}: the shared secret must be owned by root (chown root), not uid {st.st_uid}"
-        )
-    try:
-        return read_secret(data)
-    except ValueError as exc:
-        raise SecretFileError(f"{path}: {exc}") from exc
+    """The secret shared with the migrator agents (clavis_contracts.keys checks it)."""
+    return load_secret_file(path)
 
 
 def hash_password(password: str, salt: bytes | None = None) -> str:
@@ -115,8 +101,23 @@ def session_role(users: Sequence[User], session: Session) -> Role | None:
     return user.role if hmac.compare_digest(now, session.credential) else None
 
 
+class Verified(NamedTuple):
+    signed: Signed
+    key: AgentKey
+
+
+_RELOAD_EVERY_S: Final = 1.0
+
+
 class AgentAuth:
-    """Verifies signed agent requests; thread-safe (the nonce cache is shared).
+    """Verifies signed requests by the key they name; thread-safe (the nonce cache is
+    shared).
+
+    The keys come from ``keys_file`` (clavis_contracts.keys) and are re-read when the
+    file changes (checked at most once a second), so a key is added or retired without
+    a restart: during a rollover a host's old and new keys are both listed and both
+    accepted. A changed file that is no longer valid (or no longer private) is not taken;
+    the keys before it stay, and the refusal is logged, without any secret.
 
     With a store, every accepted nonce is recorded there while its timestamp is within
     the skew (and reloaded at start), so a restart of clavisd does not reopen a captured
@@ -125,9 +126,12 @@ class AgentAuth:
     """
 
     def __init__(
-        self, secret: bytes, max_skew_s: float, store: Store | None = None, now: float = 0.0
+        self, keys_file: Path, max_skew_s: float, store: Store | None = None, now: float = 0.0
     ) -> None:
-        self._secret = secret
+        self.keys_file = keys_file
+        self._keys = {k.id: k for k in load_keys(keys_file)}
+        self._stamp = _stamp(keys_file)
+        self._next_check = time.monotonic() + _RELOAD_EVERY_S
         self.max_skew_s = max_skew_s
         self._nonces = NonceCache(window_s=max_skew_s)
         self._lock = threading.Lock()
@@ -138,28 +142,60 @@ class AgentAuth:
             for nonce, _ in store.nonces(keep):
                 self._nonces.add(nonce, now)
 
-    def __repr__(self) -> str:  # never show the secret, even in a traceback
-        return f"AgentAuth(max_skew_s={self.max_skew_s})"
+    def __repr__(self) -> str:  # never show a secret, even in a traceback
+        return f"AgentAuth({self.keys_file}, max_skew_s={self.max_skew_s})"
 
     @property
-    def secret(self) -> bytes:
-        return self._secret
+    def key_ids(self) -> list[str]:
+        return sorted(self._keys)
 
     def keep_since(self, now: float) -> float:
         """Nonces signed before this need no memory: their timestamps are refused."""
         return now - self.max_skew_s - 1
 
+    def _reload_if_changed(self) -> None:
+        """Called with the lock held."""
+        if time.monotonic() < self._next_check:
+            return
+        self._next_check = time.monotonic() + _RELOAD_EVERY_S
+        stamp = _stamp(self.keys_file)
+        if stamp == self._stamp:
+            return
+        self._stamp = stamp
+        try:
+            keys = load_keys(self.keys_file)
+        except KeyFileError as exc:
+            log.error("agent keys not reloaded, the previous ones stay: %s", exc)
+            return
+        self._keys = {k.id: k for k in keys}
+        log.info("agent keys reloaded from %s: %s", self.keys_file, ", ".join(self.key_ids))
+
     def check(
         self, method: str, path: str, body: bytes, headers: dict[str, str], now: float,
         *, record: bool = True,
-    ) -> Signed:  # fmt: skip
+    ) -> Verified:  # fmt: skip
+        key_id = key_id_of(headers)
         with self._lock:
+            self._reload_if_changed()
+            if not key_id:
+                raise AuthError(f"missing {KEY_ID} header (requests are signed per host key)")
+            key = self._keys.get(key_id)
+            if key is None:
+                raise AuthError(f"unknown key id {key_id[:64]!r}")
             try:
-                signed = verify(self._secret, method, path, body, headers, now=now,
+                signed = verify(key.secret_bytes, method, path, body, headers, now=now,
                                 max_skew_s=self.max_skew_s, nonces=self._nonces)  # fmt: skip
             except SignatureError as exc:
                 raise AuthError(str(exc)) from exc
         stored = self._store
         if record and stored is not None and not stored.add_nonce(signed.nonce, signed.timestamp):
             raise AuthError(REPLAYED)
-        return signed
+        return Verified(signed, key)
+
+
+def _stamp(path: Path) -> tuple[int, int, int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_mode)

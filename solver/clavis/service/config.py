@@ -33,6 +33,39 @@ class _Section(BaseModel):
 class ServerConfig(_Section):
     listen: str = Field(default="127.0.0.1", description="Address the API listens on.")
     port: int = Field(default=7780, ge=1, le=65535, description="TCP port of the API.")
+    tls_cert_file: Path | None = Field(
+        default=None,
+        description="PEM certificate (chain) to serve HTTPS with; with tls_key_file. "
+        "None: plain HTTP (keep listen on loopback then).",
+    )
+    tls_key_file: Path | None = Field(
+        default=None, description="PEM private key of tls_cert_file: mode 0600, root's."
+    )
+    max_body_bytes: int = Field(
+        default=8 * 2**20, ge=1024, description="Larger request bodies get 413 (reports: "
+        "ingest.max_report_bytes; /login: login_max_bytes)."
+    )  # fmt: skip
+    login_max_bytes: int = Field(
+        default=4096, ge=256, le=65536, description="Larger /login bodies get 413."
+    )
+    request_timeout_s: float = Field(
+        default=10.0, gt=0, le=600, description="A body not received within this gets 408."
+    )
+    header_timeout_s: float = Field(
+        default=10.0, gt=0, le=600,
+        description="A connection whose request headers are not complete within this is closed.",
+    )  # fmt: skip
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> ServerConfig:
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("tls_cert_file and tls_key_file go together: set both or neither")
+        return self
+
+    @property
+    def scheme(self) -> str:
+        return "http" if self.tls_cert_file is None else "https"
+
     ui_dir: Path | None = Field(
         default=None,
         description="Built admin UI (vismon-ui/dist, docs/ui.md) served at /ui/; unset: none.",
@@ -54,15 +87,29 @@ class StoreConfig(_Section):
 
 
 class SecurityConfig(_Section):
+    agent_keys_file: Path = Field(
+        default=Path("/etc/clavis/agent-keys.toml"),
+        description="Every host's agent keys and the admin keys (clavis_contracts.keys): "
+        "mode 0600, owned by root when root reads it; re-read when it changes.",
+    )
     secret_file: Path = Field(
         default=Path("/etc/clavis/secret"),
-        description="Shared agent secret: mode 0600 (none for group, others), owned by root "
-        "when root reads it, at least 16 bytes.",
+        description="Secret shared with the migrator agents only (clavisd's requests to "
+        "them); it opens nothing of clavisd's API. Mode 0600, owned by root when root "
+        "reads it, at least 16 bytes.",
     )
     max_skew_s: float = Field(
         default=30.0, gt=0, le=3600, description="Signed requests further off are refused."
     )
     session_ttl_s: float = Field(default=8 * 3600.0, gt=0, description="UI login lifetime.")
+    login_max_failures: int = Field(
+        default=5, ge=1, le=1000,
+        description="Failed logins per client address, and per user name, within "
+        "login_window_s; past them /login gets 429 with Retry-After.",
+    )  # fmt: skip
+    login_window_s: float = Field(
+        default=60.0, gt=0, le=86400, description="Window of login_max_failures."
+    )
 
 
 class User(_Section):

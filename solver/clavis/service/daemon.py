@@ -34,6 +34,7 @@ from clavis.service.config import DEFAULT_PATH, Config, ConfigError, load_config
 from clavis.service.gcpolicy import long_lived_heap
 from clavis.service.hostpower import HostPower, containers_per_host
 from clavis.service.ingest import Ingestor
+from clavis.service.limits import guarded_protocol
 from clavis.service.maintenance import Task
 from clavis.service.pausepoints import pause_point
 from clavis.service.power import FitError, fit
@@ -48,6 +49,7 @@ from clavis.service.schemas import (
 from clavis.service.store import Store, StoreError
 from clavis.service.tables import MIGRATIONS
 from clavis.service.writer import ProcessIngestor
+from clavis_contracts.keys import load_keys, private_bytes
 
 log = logging.getLogger("clavisd")
 EXIT_BAD_CONFIG = 2
@@ -68,7 +70,8 @@ class Clavisd:
         self.store = Store(config.store.url, self.started)
         self.store.sync_hosts(self.cluster)
         self.schema_versions = sorted(v for v, _, _ in MIGRATIONS)
-        self.auth = AgentAuth(secret, config.security.max_skew_s, self.store, self.started)
+        self.auth = AgentAuth(config.security.agent_keys_file, config.security.max_skew_s,
+                              self.store, self.started)  # fmt: skip
         self.last_report: dict[str, float] = self.store.last_reports()
         ing = config.ingest
         self.ingestor: Ingestor | ProcessIngestor
@@ -306,6 +309,10 @@ class Clavisd:
 def build(config_path: Path) -> Clavisd:
     config = load_config(config_path)
     secret = load_secret(config.security.secret_file)
+    # Every private file is checked before the store is opened (Clavisd reads the keys).
+    load_keys(config.security.agent_keys_file)
+    if config.server.tls_key_file is not None:
+        private_bytes(config.server.tls_key_file, "TLS key")
     return Clavisd(config, secret)
 
 
@@ -329,8 +336,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     d.start()
     long_lived_heap()
     try:
-        uvicorn.run(serve(d), host=d.config.server.listen, port=d.config.server.port,
-                    log_level=args.log_level, access_log=False, proxy_headers=False)  # fmt: skip
+        srv = d.config.server
+        tls = (
+            {}
+            if srv.tls_cert_file is None
+            else {"ssl_certfile": str(srv.tls_cert_file), "ssl_keyfile": str(srv.tls_key_file)}
+        )
+        uvicorn.run(serve(d), host=srv.listen, port=srv.port, log_level=args.log_level,
+                    access_log=False, proxy_headers=False,
+                    http=guarded_protocol(srv.header_timeout_s), **tls)  # type: ignore[arg-type]  # fmt: skip
     finally:
         d.stop()
     return 0

@@ -41,19 +41,23 @@ def _no(status: int, detail: str) -> Answer:
 
 
 async def accept(d: Clavisd, headers: Mapping[str, str], body: bytes) -> Answer:
-    """401 unauthenticated, 422 malformed, unknown host, stale or from the future, larger
-    than its host, or failing in the store on its own; 409 not newer than the host's last
-    report; 503 not stored now (the store failed); 202 once stored."""
+    """401 unauthenticated, 422 malformed, 403 signed by another host's key (or an admin
+    key), 422 unknown host, stale or from the future, larger than its host, or failing in
+    the store on its own; 409 not newer than the host's last report; 503 not stored now
+    (the store failed); 202 once stored."""
     now = time.time()
     try:
         # The nonce is recorded with the report, in the transaction that stores it.
-        signed = d.auth.check("POST", PATH, body, dict(headers), now, record=False)
+        signed, key = d.auth.check("POST", PATH, body, dict(headers), now, record=False)
     except AuthError as exc:
         return _no(401, f"unauthenticated: {exc}")
     try:
         report = MonitorReport.model_validate_json(body)
     except ValidationError as exc:
         return _no(422, f"malformed report: {describe(exc, None)}")
+    if key.role != "agent" or key.host != report.host:
+        # A host's key speaks for that host only (docs/clavisd.md, Security).
+        return _no(403, f"forbidden: {key} may not report for host {report.host!r}")
     ts = report.timestamp.timestamp()
     ingest = d.config.ingest
     if report.host not in d.host_names:

@@ -17,7 +17,29 @@ from clavis.service.auth import hash_password
 from clavis_contracts.signing import sign
 
 ROOT = Path(__file__).resolve().parents[3]
-SECRET = b"test-secret-0123456789abcdef"
+SECRET = b"test-secret-0123456789abcdef"  # shared with the migrators only
+ADMIN = "admin"
+# Per-host agent keys and an admin key, as id -> (host or ADMIN, secret); the keys file
+# write_setup writes lists them all.
+KEYS = {f"h{i}-k1": (f"h{i}", f"key-of-h{i}-0123456789abcdef") for i in range(1, 17)}
+KEYS["admin-k1"] = (ADMIN, "admin-key-0123456789abcdef")
+
+
+def key_toml(keys: dict[str, tuple[str, str]]) -> str:
+    return "".join(
+        f'[[keys]]\nid = "{kid}"\n'
+        + ('role = "admin"\n' if who == ADMIN else f'host = "{who}"\n')
+        + f'secret = "{secret}"\n'
+        for kid, (who, secret) in keys.items()
+    )
+
+
+def write_keys(path: Path, keys: dict[str, tuple[str, str]]) -> Path:
+    path.write_text(key_toml(keys))
+    path.chmod(0o600)
+    return path
+
+
 PASSWORDS = {"ada": "admin-pass", "vic": "viewer-pass"}
 
 
@@ -46,6 +68,7 @@ def write_setup(
     secret = tmp / "secret"
     secret.write_bytes(SECRET + b"\n")
     secret.chmod(0o600)
+    keys = write_keys(tmp / "agent-keys.toml", KEYS)
     users = "".join(
         f'[[users]]\nname = "{name}"\nrole = "{role}"\npassword_scrypt = "{hash_password(pw)}"\n'
         for (name, pw), role in zip(PASSWORDS.items(), ("admin", "viewer"), strict=True)
@@ -57,7 +80,7 @@ def write_setup(
         f"{users}"
         f"[server]\nport = {port}\n"
         f'[store]\nurl = "{url}"\n'
-        f'[security]\nsecret_file = "{secret}"\n'
+        f'[security]\nsecret_file = "{secret}"\nagent_keys_file = "{keys}"\n'
         f'[advice]\npath = "{tmp / "advice.json"}"\n'
         f"{extra}"
     )
@@ -94,16 +117,19 @@ def report(host: str, containers: list[dict[str, Any]], ts: float | None = None,
 
 
 def signed(
-    path: str, body: bytes, method: str = "POST", now: float | None = None
+    path: str, body: bytes, method: str = "POST", now: float | None = None, by: str = ADMIN
 ) -> dict[str, str]:
-    h = sign(SECRET, method, path, body, time.time() if now is None else now)
+    """Headers signing a request with the first key of ``by`` (a host name or ADMIN)."""
+    kid, (_, secret) = next((k, v) for k, v in KEYS.items() if v[0] == by)
+    h = sign(secret.encode(), method, path, body, time.time() if now is None else now, key_id=kid)
     h["Content-Type"] = "application/json"
     return h
 
 
 def post_report(client: TestClient, doc: dict[str, Any]) -> Any:
     body = json.dumps(doc).encode()
-    return client.post("/api/v1/reports", content=body, headers=signed("/api/v1/reports", body))
+    headers = signed("/api/v1/reports", body, by=doc["host"])
+    return client.post("/api/v1/reports", content=body, headers=headers)
 
 
 def login(client: TestClient, user: str) -> dict[str, str]:

@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -15,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from .helpers import signed
+from .helpers import ADMIN, signed
 
 
 def free_port() -> int:
@@ -27,15 +28,16 @@ def free_port() -> int:
 class Daemon:
     """One clavisd process started by this test, ended only by its own PID."""
 
-    def __init__(self, config: Path, port: int, log: Path) -> None:
+    def __init__(self, config: Path, port: int, log: Path, tls_ca: Path | None = None) -> None:
+        """``tls_ca``: clavisd serves HTTPS with a certificate this CA file verifies."""
         self.config, self.port, self.log = config, port, log
+        self.tls_ca = tls_ca
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, env: Mapping[str, str] | None = None, args: Sequence[str] = ()) -> None:
         """Start clavisd with this process's environment plus ``env``, and ``args``."""
-        exe = Path(sys.executable).parent / "clavisd"
         with self.log.open("ab") as log:
-            self.proc = subprocess.Popen([str(exe), "--config", str(self.config), *args],
+            self.proc = subprocess.Popen([self.exe, "--config", str(self.config), *args],
                                          stdout=log, stderr=subprocess.STDOUT,
                                          env={**os.environ, **(env or {})})  # fmt: skip
         wait_for(self._healthy, 60, "clavisd to answer /health")
@@ -45,13 +47,22 @@ class Daemon:
         if self.proc.poll() is not None:
             raise AssertionError(f"clavisd exited {self.proc.returncode}: {self.log.read_text()}")
         try:
-            return httpx.get(f"{self.url}/api/v1/health", timeout=1).status_code == 200
+            r = httpx.get(f"{self.url}/api/v1/health", timeout=1, verify=self.verify)
+            return r.status_code == 200
         except httpx.HTTPError:
             return False
 
     @property
+    def exe(self) -> str:
+        return str(Path(sys.executable).parent / "clavisd")
+
+    @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'http' if self.tls_ca is None else 'https'}://127.0.0.1:{self.port}"
+
+    @property
+    def verify(self) -> ssl.SSLContext | bool:
+        return True if self.tls_ca is None else ssl.create_default_context(cafile=self.tls_ca)
 
     def children(self) -> list[int]:
         assert self.proc is not None
@@ -78,9 +89,15 @@ class Daemon:
     def call(self, method: str, path: str, doc: Any = None) -> Any:
         body = b"" if doc is None else json.dumps(doc).encode()
         r = httpx.request(method, self.url + path, content=body,
-                          headers=signed(path, body, method), timeout=60)  # fmt: skip
+                          headers=signed(path, body, method, by=_signer(path, doc)),
+                          timeout=60, verify=self.verify)  # fmt: skip
         assert r.status_code < 300, r.text
         return r.json()
+
+
+def _signer(path: str, doc: Any) -> str:
+    """Reports are signed by their host's key, everything else by the admin key."""
+    return str(doc["host"]) if path.endswith("/reports") else ADMIN
 
 
 def wait_for(cond: Callable[[], bool], limit_s: float, what: str) -> None:

@@ -18,6 +18,7 @@ from clavis.service.daemon import Clavisd
 from clavis.service.store import Store
 
 from .helpers import (
+    KEYS,
     SECRET,
     container,
     contended,
@@ -54,21 +55,23 @@ def test_unauthenticated_reports_are_refused(client: TestClient) -> None:
     body = json.dumps(report("h1", [])).encode()
     path = "/api/v1/reports"
     assert client.post(path, content=body).status_code == 401
-    h = signed(path, body)
+    h = signed(path, body, by="h1")
     bad = {**h, "X-Clavis-Signature": "0" * 64}
     r = client.post(path, content=body, headers=bad)
     assert r.status_code == 401 and "does not match" in r.json()["detail"]
     assert client.post(path, content=body, headers=h).status_code == 202
     r = client.post(path, content=body, headers=h)
     assert r.status_code == 401 and "replayed" in r.json()["detail"]
-    old = signed(path, body, now=time.time() - 300)
+    old = signed(path, body, now=time.time() - 300, by="h1")
     r = client.post(path, content=body, headers=old)
     assert r.status_code == 401 and "from this clock" in r.json()["detail"]
 
 
 def _send(client: TestClient, doc: object) -> tuple[int, str]:
     body = doc if isinstance(doc, bytes) else json.dumps(doc).encode()
-    r = client.post("/api/v1/reports", content=body, headers=signed("/api/v1/reports", body))
+    host = doc.get("host") if isinstance(doc, dict) else None
+    headers = signed("/api/v1/reports", body, by=host if f"{host}-k1" in KEYS else "h1")
+    r = client.post("/api/v1/reports", content=body, headers=headers)
     return r.status_code, r.json()["detail"] if r.status_code >= 400 else ""
 
 
@@ -245,7 +248,9 @@ def test_the_framework_route_answers_like_the_fast_path(clavisd: Clavisd) -> Non
         r = plain.post("/api/v1/reports", content=b"{}")
         assert r.status_code == 401
         big = b"{" + b" " * 300_000 + b"}"
-        r = plain.post("/api/v1/reports", content=big, headers=signed("/api/v1/reports", big))
+        r = plain.post(
+            "/api/v1/reports", content=big, headers=signed("/api/v1/reports", big, by="h3")
+        )
         assert r.status_code == 413 and "limit" in r.json()["detail"]
 
 

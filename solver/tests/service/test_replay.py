@@ -35,7 +35,9 @@ def test_requests_seen_before_a_restart_are_refused_after_it(
     captured = []
     try:
         rep = json.dumps(report("h1", [container("n1")], ts=time.time())).encode()
-        captured.append(("/api/v1/reports", rep, signed("/api/v1/reports", rep, now=ahead)))
+        captured.append(
+            ("/api/v1/reports", rep, signed("/api/v1/reports", rep, now=ahead, by="h1"))
+        )
         captured.append(("/api/v1/power-models/fit", b"",
                          signed("/api/v1/power-models/fit", b"", now=ahead)))  # fmt: skip
         for path, body, headers in captured:
@@ -52,7 +54,7 @@ def test_requests_seen_before_a_restart_are_refused_after_it(
             assert "replayed" in r.json()["detail"], r.text
         # Fresh requests are served as before.
         rep = json.dumps(report("h1", [container("n1")], ts=time.time() + 1)).encode()
-        r = _send(d, "/api/v1/reports", rep, signed("/api/v1/reports", rep))
+        r = _send(d, "/api/v1/reports", rep, signed("/api/v1/reports", rep, by="h1"))
         assert r.status_code == 202, r.text
         assert d.call("GET", "/api/v1/health")["reports_stored"] == 1
         # The advice (built by clavisd's advice process, a second child) names n1 on h1.

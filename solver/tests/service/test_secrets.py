@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from .helpers import PASSWORDS, SECRET, contention_reports, report, signed, write_setup
+from .helpers import KEYS, PASSWORDS, SECRET, contention_reports, report, signed, write_setup
 from .process import Daemon, free_port, wait_for
 from .protocol_recorder import ProtocolRecorder
 
@@ -32,37 +32,59 @@ def _run(*argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
 
 
+# Each private file, what its refusal calls it, and the commands that read it.
+_CLAVISD = ["clavisd"]
+_BOTH = ["clavisd", "repack"]
+_FILES = [("secret", "shared secret", _CLAVISD), ("agent-keys.toml", "key file", _BOTH)]
+
+
+def _argv(which: str, cfg: Path) -> list[str]:
+    if which == "clavisd":
+        return [str(BIN / "clavisd"), "--config", str(cfg)]
+    return [str(BIN / "clavis"), "repack", "--config", str(cfg)]
+
+
+@pytest.mark.parametrize(("name", "what", "readers"), _FILES)
 @pytest.mark.parametrize("mode", [0o640, 0o604, 0o620, 0o660, 0o644, 0o701])
-def test_a_secret_file_open_to_group_or_others_is_refused(tmp_path: Path, mode: int) -> None:
+def test_a_secret_file_open_to_group_or_others_is_refused(
+    tmp_path: Path, mode: int, name: str, what: str, readers: list[str]
+) -> None:
     cfg = write_setup(tmp_path, port=free_port())
-    secret = tmp_path / "secret"
+    secret = tmp_path / name
     secret.chmod(mode)
-    for argv in ([str(BIN / "clavisd"), "--config", str(cfg)],
-                 [str(BIN / "clavis"), "repack", "--config", str(cfg)]):  # fmt: skip
-        done = _run(*argv)
-        assert done.returncode == 2, (argv, done.stdout, done.stderr)
-        assert f"{secret}: the shared secret must be readable by its owner only (chmod 600)" \
+    for which in readers:
+        done = _run(*_argv(which, cfg))
+        assert done.returncode == 2, (which, done.stdout, done.stderr)
+        assert f"{secret}: the {what} must be readable by its owner only (chmod 600)" \
             in done.stderr and f"its mode is {mode:04o}" in done.stderr  # fmt: skip
-        assert not any(f in done.stdout + done.stderr for f in _forms(SECRET))
+        assert not any(f in done.stdout + done.stderr for f in _all_forms())
     assert not (tmp_path / "clavis.db").exists(), "clavisd stopped before opening its store"
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the owner rule applies when root reads it")
-def test_as_root_a_secret_file_root_does_not_own_is_refused(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("name", "what", "readers"), _FILES)
+def test_as_root_a_secret_file_root_does_not_own_is_refused(
+    tmp_path: Path, name: str, what: str, readers: list[str]
+) -> None:
     cfg = write_setup(tmp_path, port=free_port())
-    secret = tmp_path / "secret"
+    secret = tmp_path / name
     os.chown(secret, 65534, 65534)  # nobody: it could chmod or rewrite root's secret
     assert secret.stat().st_mode & 0o777 == 0o600
-    for argv in ([str(BIN / "clavisd"), "--config", str(cfg)],
-                 [str(BIN / "clavis"), "repack", "--config", str(cfg)]):  # fmt: skip
-        done = _run(*argv)
-        assert done.returncode == 2, (argv, done.stdout, done.stderr)
-        assert f"{secret}: the shared secret must be owned by root (chown root), not uid " \
+    for which in readers:
+        done = _run(*_argv(which, cfg))
+        assert done.returncode == 2, (which, done.stdout, done.stderr)
+        assert f"{secret}: the {what} must be owned by root (chown root), not uid " \
             "65534" in done.stderr  # fmt: skip
-        assert not any(f in done.stdout + done.stderr for f in _forms(SECRET))
+        assert not any(f in done.stdout + done.stderr for f in _all_forms())
     os.chown(secret, 0, 0)  # root's again: accepted, so `clavis repack` goes on to ask
     again = _run(str(BIN / "clavis"), "repack", "--config", str(cfg), "--timeout", "2")
     assert again.returncode == 2 and "did not answer" in again.stderr, again.stderr
+
+
+def _all_forms() -> list[str]:
+    return [
+        f for secret in (SECRET, *(v[1].encode() for v in KEYS.values())) for f in _forms(secret)
+    ]
 
 
 @pytest.fixture
@@ -85,7 +107,7 @@ def test_the_secret_never_reaches_the_log(tmp_path: Path, recorder: ProtocolReco
             d.call("POST", "/api/v1/reports", doc)
         path = "/api/v1/reports"
         body = json.dumps(report("h3", [], busy=0)).encode()
-        headers = signed(path, body)
+        headers = signed(path, body, by="h3")
         forged = {**headers, "X-Clavis-Signature": "0" * 64}
         assert httpx.post(d.url + path, content=body, headers=forged).status_code == 401
         assert httpx.post(d.url + path, content=body, headers=headers).status_code == 202
@@ -108,7 +130,7 @@ def test_the_secret_never_reaches_the_log(tmp_path: Path, recorder: ProtocolReco
     # The run was logged, at debug level, including the calls clavisd signed.
     assert " DEBUG " in text and "/api/v1/steps" in text
     assert not recorder.record.refused and recorder.record.accepted
-    for form in _forms(SECRET):
+    for form in _all_forms():
         assert form not in text
     for password in PASSWORDS.values():
         assert password not in text

@@ -1,0 +1,148 @@
+"""Agent keys: who signs a request, read from root-only key files (stdlib + pydantic).
+
+Each compute host has its own keys; a request names the key it was signed with in the
+``X-Clavis-Key-Id`` header (clavis_contracts.signing), so clavisd knows which host sent
+it and accepts a report only for that host. Admin keys (for root's ``clavis repack`` on
+the head node) are separate, and only they reach clavisd's admin endpoints. A key file
+is TOML::
+
+    [[keys]]
+    id = "node7-2026a"        # letters, digits, . _ - (at most 64); unique
+    host = "node7"            # the host it speaks for; or role = "admin" and no host
+    secret = "…"              # at least 16 bytes, e.g. `openssl rand -hex 32`; unique
+
+clavisd's file lists every host's keys (two for one host during a rollover: both are
+accepted); an agent's file lists its own, and it signs with the first. This module is
+the one place both agents and clavisd read such files and the shared migrator secret:
+a file that group or others may read, or (read by root) that root does not own, is
+refused, and no error message ever contains a secret.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tomllib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from clavis_contracts.signing import MIN_SECRET_BYTES, read_secret
+
+KEY_ID_PATTERN: Final = r"^[A-Za-z0-9._-]{1,64}$"
+
+
+class KeyFileError(Exception):
+    """A key or secret file is unusable; the message names the file and what is wrong,
+    never a secret."""
+
+
+class AgentKey(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    id: str = Field(pattern=KEY_ID_PATTERN)
+    role: Literal["agent", "admin"] = "agent"
+    host: str = Field(default="", max_length=64)
+    secret: str = Field(min_length=MIN_SECRET_BYTES, repr=False)
+
+    @model_validator(mode="after")
+    def _host_iff_agent(self) -> AgentKey:
+        if self.role == "agent" and not self.host:
+            raise ValueError('an agent key names its host (or set role = "admin")')
+        if self.role == "admin" and self.host:
+            raise ValueError("an admin key speaks for no host: drop `host`")
+        return self
+
+    @property
+    def secret_bytes(self) -> bytes:
+        return self.secret.encode()
+
+    def __str__(self) -> str:  # never the secret
+        return f"key {self.id} ({'admin' if self.role == 'admin' else 'host ' + self.host})"
+
+
+class _KeyFile(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    keys: list[AgentKey] = Field(min_length=1)
+
+
+def private_bytes(path: Path, what: str) -> bytes:
+    """The bytes of a root-only file: refused when group or others have any access, or
+    when root reads a file another user owns (its owner could rewrite it)."""
+    try:
+        st = path.stat()
+        data = path.read_bytes()
+    except OSError as exc:
+        raise KeyFileError(f"{path}: cannot read the {what}: {exc.strerror}") from exc
+    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise KeyFileError(
+            f"{path}: the {what} must be readable by its owner only (chmod 600); "
+            f"its mode is {stat.S_IMODE(st.st_mode):04o}"
+        )
+    if os.geteuid() == 0 and st.st_uid != 0:
+        raise KeyFileError(
+            f"{path}: the {what} must be owned by root (chown root), not uid {st.st_uid}"
+        )
+    return data
+
+
+def load_secret_file(path: Path, what: str = "shared secret") -> bytes:
+    """A shared secret file (the migrators'): private, at least 16 bytes."""
+    try:
+        return read_secret(private_bytes(path, what))
+    except ValueError as exc:
+        raise KeyFileError(f"{path}: {exc}") from exc
+
+
+def parse_keys(data: bytes, origin: str) -> tuple[AgentKey, ...]:
+    """The keys of a key file's bytes; ``origin`` names it in errors."""
+    try:
+        doc = tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise KeyFileError(f"{origin}: not UTF-8") from None
+    except tomllib.TOMLDecodeError as exc:
+        # the decoder's message quotes no value, only where it stopped
+        raise KeyFileError(f"{origin}: not TOML: {exc}") from None
+    try:
+        keys = tuple(_KeyFile.model_validate(doc).keys)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'file'}: {e['msg']}" for e in exc.errors()
+        )  # e["input"] is left out: it may be a secret
+        raise KeyFileError(f"{origin}: {problems}") from None
+    _distinct(keys, origin)
+    return keys
+
+
+def _distinct(keys: Sequence[AgentKey], origin: str) -> None:
+    ids = [k.id for k in keys]
+    dup = sorted({i for i in ids if ids.count(i) > 1})
+    if dup:
+        raise KeyFileError(f"{origin}: key ids used twice: {', '.join(dup)}")
+    # One secret under two ids (or roles) would let a host's key pass as the other.
+    seen: dict[str, str] = {}
+    for k in keys:
+        if k.secret in seen:
+            raise KeyFileError(f"{origin}: keys {seen[k.secret]} and {k.id} share a secret")
+        seen[k.secret] = k.id
+
+
+def load_keys(path: Path) -> tuple[AgentKey, ...]:
+    """The keys of a private key file (see the module's docstring)."""
+    return parse_keys(private_bytes(path, "key file"), str(path))
+
+
+def own_key(path: Path, host: str) -> AgentKey:
+    """The key an agent on ``host`` signs with: the first of its key file, which must be
+    that host's."""
+    key = load_keys(path)[0]
+    if key.role != "agent" or key.host != host:
+        raise KeyFileError(
+            f"{path}: the first key, {key.id}, is for "
+            f"{'no host (admin)' if key.role == 'admin' else 'host ' + repr(key.host)}, "
+            f"not this host {host!r}"
+        )
+    return key
