@@ -20,6 +20,7 @@ refused, and no error message ever contains a secret.
 
 from __future__ import annotations
 
+import hmac
 import os
 import stat
 import tomllib
@@ -146,3 +147,50 @@ def own_key(path: Path, host: str) -> AgentKey:
             f"not this host {host!r}"
         )
     return key
+
+
+# --- per-step peer keys (the migrators) ----------------------------------------------------
+#
+# clavisd holds every host's keys; a migrator holds its own host's. For one migration step
+# from host S to host T, clavisd derives a key only T can recompute (from its own key, the
+# step id and S's name) and sends it to S inside the step, wrapped under the key S and
+# clavisd share, so neither the network nor another host learns it. S signs its requests
+# to T for that step with it (key id ``peer:<T's key id>:<S>``) and T checks them, and only
+# on that step's peer paths: a host gets no standing key to any other host.
+
+PEER_PREFIX: Final = "peer:"
+
+
+def peer_step_secret(target: AgentKey, step_id: str, source: str) -> bytes:
+    """The key of one step's agent-to-agent calls, from the target host's key."""
+    message = f"clavis-peer-step\n{step_id}\n{source}".encode()
+    return hmac.new(target.secret_bytes, message, "sha256").digest()
+
+
+def peer_key_id(target: AgentKey, source: str) -> str:
+    return f"{PEER_PREFIX}{target.id}:{source}"
+
+
+def parse_peer_key_id(key_id: str) -> tuple[str, str] | None:
+    """(target key id, source host) of a peer key id, or None if it is not one."""
+    if not key_id.startswith(PEER_PREFIX):
+        return None
+    target, colon, source = key_id[len(PEER_PREFIX) :].partition(":")
+    return (target, source) if colon and target and source else None
+
+
+def _pad(holder: AgentKey, step_id: str) -> bytes:
+    return hmac.new(holder.secret_bytes, f"clavis-peer-wrap\n{step_id}".encode(), "sha256").digest()
+
+
+def wrap_peer_secret(holder: AgentKey, step_id: str, secret: bytes) -> str:
+    """``secret`` (32 bytes) for ``holder`` only: XOR with a pad that only ``holder``'s
+    key and the step id give (one pad per step: step ids are never reused)."""
+    return bytes(a ^ b for a, b in zip(secret, _pad(holder, step_id), strict=True)).hex()
+
+
+def unwrap_peer_secret(holder: AgentKey, step_id: str, wrapped: str) -> bytes:
+    data = bytes.fromhex(wrapped)
+    if len(data) != 32:
+        raise ValueError("a wrapped peer key is 32 bytes")
+    return bytes(a ^ b for a, b in zip(data, _pad(holder, step_id), strict=True))

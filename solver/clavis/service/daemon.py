@@ -29,6 +29,7 @@ from clavis.service.advice_worker import AdviceWorker, build_document
 from clavis.service.agents import MigratorClient
 from clavis.service.api import plan_out, serve
 from clavis.service.auth import AgentAuth, SecretFileError, hash_password, load_secret
+from clavis.service.claims import ContainerClaims, planned_moves
 from clavis.service.classify import threshold_for
 from clavis.service.config import DEFAULT_PATH, Config, ConfigError, load_config
 from clavis.service.gcpolicy import long_lived_heap
@@ -73,6 +74,9 @@ class Clavisd:
         self.auth = AgentAuth(config.security.agent_keys_file, config.security.max_skew_s,
                               self.store, self.started)  # fmt: skip
         self.last_report: dict[str, float] = self.store.last_reports()
+        self.claims = ContainerClaims(((c["name"], c["host"]) for c in self.store.containers()),
+                                      config.ingest.max_report_age_s)  # fmt: skip
+        self.moving = planned_moves(self.store)
         ing = config.ingest
         self.ingestor: Ingestor | ProcessIngestor
         if ing.writer == "process":
