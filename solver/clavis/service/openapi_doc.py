@@ -31,8 +31,12 @@ def document() -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="clavis-openapi-") as tmp:
         root = Path(tmp)
         (root / "cluster.json").write_text(json.dumps(_CLUSTER))
+        keys = root / "agent-keys.toml"  # a throw-away key: clavisd reads its keys at start
+        keys.write_text('[[keys]]\nid = "h1"\nhost = "h1"\nsecret = "' + "k" * 32 + '"\n')
+        keys.chmod(0o600)
         (root / "clavis.toml").write_text(
             f'cluster_file = "{root / "cluster.json"}"\n'
+            f'[security]\nagent_keys_file = "{keys}"\n'
             f'[store]\nurl = "sqlite:///{root / "clavis.db"}"\n'
             f'[advice]\npath = "{root / "advice.json"}"\n'
             '[ingest]\nwriter = "thread"\n[repack]\ninterval_s = 0\n'
