@@ -80,6 +80,9 @@ def main() -> int:
         secret = root / "secret"
         secret.write_bytes(os.urandom(32).hex().encode())
         secret.chmod(0o600)
+        keys = root / "agent-keys.toml"  # one throw-away key: clavisd reads its keys at start
+        keys.write_text(f'[[keys]]\nid = "k1"\nrole = "admin"\nsecret = "{os.urandom(32).hex()}"\n')
+        keys.chmod(0o600)
         (root / "cluster.yaml").write_text((ROOT / "examples/worked/cluster.yaml").read_text())
         (root / "clavis.toml").write_text(
             f'cluster_file = "{root / "cluster.yaml"}"\n'
@@ -87,7 +90,7 @@ def main() -> int:
             f'password_scrypt = "{hash_password("admin-pass")}"\n'
             f'[server]\nport = {port}\nui_dir = "{dist}"\n'
             f'[store]\nurl = "sqlite:///{root / "clavis.db"}"\n'
-            f'[security]\nsecret_file = "{secret}"\n'
+            f'[security]\nsecret_file = "{secret}"\nagent_keys_file = "{keys}"\n'
             f'[advice]\npath = "{root / "advice.json"}"\n[repack]\ninterval_s = 0\n'
         )
         exe = Path(sys.executable).parent / "clavisd"
