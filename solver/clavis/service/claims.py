@@ -41,25 +41,34 @@ class ContainerClaims:
         self,
         host: str,
         names: Iterable[str],
+        ts: float,
         now: float,
         last_report: Mapping[str, float],
+        *,
         moving: Callable[[str, str, str], bool],
     ) -> list[tuple[str, str]]:
-        """(container, owner) for each of ``names`` another host still holds; ``moving``
-        (container, source, target) says whether a running plan moves it to ``host``."""
+        """(container, owner) for each of ``names`` another host still holds against a
+        report of ``host`` stamped ``ts``; ``moving`` (container, source, target) says
+        whether a running plan moves it to ``host``. A report older than the owner's
+        listing is a late one (a spooled backlog): it takes nothing over (the store keeps
+        the newer row), so it passes."""
         out = []
         with self._lock:
             for name in names:
                 owner = self._owner.get(name)
                 if owner is None or owner == host or name not in self._listed.get(owner, ()):
                     continue
-                if now - last_report.get(owner, float("-inf")) > self.fresh_s:
-                    continue  # its host went quiet: the container may have moved
+                since = last_report.get(owner, float("-inf"))
+                if now - since > self.fresh_s or ts <= since:
+                    continue  # its host went quiet (it may have moved), or a late report
                 out.append((name, owner))
         return [(n, o) for n, o in out if not moving(n, o, host)]
 
-    def record(self, host: str, names: Iterable[str]) -> None:
-        """``host``'s accepted report listed exactly ``names``."""
+    def record(
+        self, host: str, names: Iterable[str], ts: float, last_report: Mapping[str, float]
+    ) -> None:
+        """``host``'s accepted report stamped ``ts`` listed exactly ``names``; a name
+        another host listed later stays that host's."""
         now_listed = set(names)
         with self._lock:
             for gone in self._listed.get(host, set()) - now_listed:
@@ -68,6 +77,8 @@ class ContainerClaims:
             for name in now_listed:
                 before = self._owner.get(name)
                 if before is not None and before != host:
+                    if last_report.get(before, float("-inf")) >= ts:
+                        continue
                     self._listed.get(before, set()).discard(name)
                 self._owner[name] = host
             self._listed[host] = now_listed

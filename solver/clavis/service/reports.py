@@ -75,7 +75,7 @@ async def accept(d: Clavisd, headers: Mapping[str, str], body: bytes) -> Answer:
     if last is not None and ts <= last:
         return _no(409, f"report is not newer than the last one from {report.host!r}")
     names = [c.name for c in report.containers]
-    taken = d.claims.taken(report.host, names, now, d.last_report, d.moving)
+    taken = d.claims.taken(report.host, names, ts, now, d.last_report, moving=d.moving)
     if taken:  # claims.py: a host cannot take another host's containers over
         held = ", ".join(f"{n!r} (host {o!r})" for n, o in taken[:5])
         return _no(409, f"containers still listed by their own host's fresh report: {held}")
@@ -91,7 +91,7 @@ async def accept(d: Clavisd, headers: Mapping[str, str], body: bytes) -> Answer:
         if written == "refused":  # final: a retry of the same bytes would fail the same way
             return _no(422, "report could not be stored (clavisd's log says why); not retried")
         return _no(503, "report could not be stored; retry later")
-    d.claims.record(report.host, names)
+    d.claims.record(report.host, names, ts, d.last_report)
     return Answer(202, {"host": report.host, "timestamp": ts, "containers": len(report.containers)})
 
 

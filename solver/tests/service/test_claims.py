@@ -32,14 +32,19 @@ def test_a_host_cannot_list_a_container_another_host_still_lists(
 def test_a_quiet_host_or_a_planned_move_releases_its_containers() -> None:
     claims = ContainerClaims([("c1", "h1")], fresh_s=120)
     never = lambda *_: False  # noqa: E731
-    assert claims.taken("h2", ["c1"], 1000.0, {"h1": 950.0}, never) == [("c1", "h1")]
-    assert claims.taken("h2", ["c1"], 1000.0, {"h1": 870.0}, never) == []  # h1 quiet
-    assert claims.taken("h1", ["c1"], 1000.0, {"h1": 950.0}, never) == []  # its own
+    t = 1000.0  # now, and the new report's stamp
+    assert claims.taken("h2", ["c1"], t, t, {"h1": 950.0}, moving=never) == [("c1", "h1")]
+    assert claims.taken("h2", ["c1"], t, t, {"h1": 870.0}, moving=never) == []  # h1 quiet
+    assert claims.taken("h1", ["c1"], t, t, {"h1": 950.0}, moving=never) == []  # its own
+    # a late (spooled) report of h2, older than h1's listing, takes nothing over: it passes
+    assert claims.taken("h2", ["c1"], 940.0, t, {"h1": 950.0}, moving=never) == []
+    claims.record("h2", ["c1"], 940.0, {"h1": 950.0, "h2": 940.0})
+    assert claims.taken("h3", ["c1"], t, t, {"h1": 950.0}, moving=never) == [("c1", "h1")]
     moves = {("c1", "h1", "h2")}
-    assert claims.taken("h2", ["c1"], 1000.0, {"h1": 950.0}, lambda *m: m in moves) == []
-    assert claims.taken("h3", ["c1"], 1000.0, {"h1": 950.0}, lambda *m: m in moves) == [
+    assert claims.taken("h2", ["c1"], t, t, {"h1": 950.0}, moving=lambda *m: m in moves) == []
+    assert claims.taken("h3", ["c1"], t, t, {"h1": 950.0}, moving=lambda *m: m in moves) == [
         ("c1", "h1")
     ]
-    claims.record("h2", ["c1"])  # accepted (the move): h1's old listing no longer holds it
-    assert claims.taken("h2", ["c1"], 1000.0, {"h1": 999.0}, never) == []
-    assert claims.taken("h1", ["c1"], 1000.0, {"h2": 999.0}, never) == [("c1", "h2")]
+    claims.record("h2", ["c1"], t, {"h1": 950.0})  # the move accepted: h1 no longer holds it
+    assert claims.taken("h2", ["c1"], t, t, {"h1": 999.0}, moving=never) == []
+    assert claims.taken("h1", ["c1"], t, t, {"h2": 999.0}, moving=never) == [("c1", "h2")]
