@@ -16,8 +16,6 @@ bench/results/demo.json and the demo section of docs/benchmarks.md.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import re
 import shutil
@@ -30,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from report import describe, machine, write_json, write_section
+from report import describe, machine
 from testbed.testbed_bench import (
     ROOT,
     STATE,
@@ -38,8 +36,8 @@ from testbed.testbed_bench import (
     _down,
     _reflow,
     _s,
+    bench_main,
     load_average,
-    take_lock,
     tool_versions,
 )
 
@@ -139,33 +137,11 @@ raw results in `bench/results/demo.json`.
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--warm-runs", type=int, default=2)
-    p.add_argument("--no-write", action="store_true", help="print only")
-    p.add_argument("--render", action="store_true", help="only rewrite the docs section")
-    args = p.parse_args()
     results = ROOT / "bench" / "results" / "demo.json"
-    if args.render:
-        write_section(ROOT / "docs" / "benchmarks.md", SECTION,
-                      section(json.loads(results.read_text())))  # fmt: skip
-        return 0
-    if os.geteuid() != 0:
-        print("demo bench: must run as root", file=sys.stderr)
-        return 1
-    try:
-        fd = take_lock()
-        try:
-            res = run(max(0, args.warm_runs))
-        finally:
-            os.close(fd)
-    except (BenchError, subprocess.TimeoutExpired) as exc:
-        print(f"demo bench: {exc}", file=sys.stderr)
-        return 1
-    print(json.dumps({k: v for k, v in res.items() if k != "machine"}, indent=1))
-    if not args.no_write:
-        write_json(results, res)
-        write_section(ROOT / "docs" / "benchmarks.md", SECTION, section(res))
-    return 0
+    return bench_main(
+        "demo bench", description=__doc__, results=results, section_name=SECTION,
+        run_bench=run, render=section, warm_runs=2,
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -242,36 +243,55 @@ in `bench/results/testbed.json`.
 """)
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--warm-runs", type=int, default=3)
+def bench_main(
+    name: str,
+    *,
+    description: str | None,
+    results: Path,
+    section_name: str,
+    run_bench: Callable[[int], dict[str, Any]],
+    render: Callable[[dict[str, Any]], str],
+    warm_runs: int,
+) -> int:
+    """The command line both testbed benches share: run under the testbed lock as root,
+    print the figures, and write the results file and the docs section (or only
+    re-render the section from saved results)."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--warm-runs", type=int, default=warm_runs)
     p.add_argument("--no-write", action="store_true", help="print only (for quick checks)")
     p.add_argument(
         "--render", action="store_true", help="only rewrite the docs section from the results"
     )
     args = p.parse_args()
-    results = ROOT / "bench" / "results" / "testbed.json"
+    docs = ROOT / "docs" / "benchmarks.md"
     if args.render:
-        saved = json.loads(results.read_text())
-        write_section(ROOT / "docs" / "benchmarks.md", SECTION, section(saved))
+        write_section(docs, section_name, render(json.loads(results.read_text())))
         return 0
     if os.geteuid() != 0:
-        print("testbed bench: must run as root", file=sys.stderr)
+        print(f"{name}: must run as root", file=sys.stderr)
         return 1
     try:
         fd = take_lock()
         try:
-            res = run(max(0, args.warm_runs))
+            res = run_bench(max(0, args.warm_runs))
         finally:
             os.close(fd)
     except (BenchError, subprocess.TimeoutExpired) as exc:
-        print(f"testbed bench: {exc}", file=sys.stderr)
+        print(f"{name}: {exc}", file=sys.stderr)
         return 1
     print(json.dumps({k: v for k, v in res.items() if k != "machine"}, indent=1))
     if not args.no_write:
         write_json(results, res)
-        write_section(ROOT / "docs" / "benchmarks.md", SECTION, section(res))
+        write_section(docs, section_name, render(res))
     return 0
+
+
+def main() -> int:
+    results = ROOT / "bench" / "results" / "testbed.json"
+    return bench_main(
+        "testbed bench", description=__doc__, results=results, section_name=SECTION,
+        run_bench=run, render=section, warm_runs=3,
+    )  # fmt: skip
 
 
 if __name__ == "__main__":
