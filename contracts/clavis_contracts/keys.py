@@ -71,11 +71,20 @@ class _KeyFile(BaseModel):
 
 
 def private_bytes(path: Path, what: str) -> bytes:
-    """The bytes of a root-only file: refused when group or others have any access, or
-    when root reads a file another user owns (its owner could rewrite it)."""
+    """The bytes of a root-only file (see ``check_private``)."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise KeyFileError(f"{path}: cannot read the {what}: {exc.strerror}") from exc
+    check_private(path, what)
+    return data
+
+
+def check_private(path: Path, what: str) -> None:
+    """Refuse a file that group or others may access, or, when root reads it, one another
+    user owns (its owner could rewrite it)."""
     try:
         st = path.stat()
-        data = path.read_bytes()
     except OSError as exc:
         raise KeyFileError(f"{path}: cannot read the {what}: {exc.strerror}") from exc
     if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
@@ -87,7 +96,6 @@ def private_bytes(path: Path, what: str) -> bytes:
         raise KeyFileError(
             f"{path}: the {what} must be owned by root (chown root), not uid {st.st_uid}"
         )
-    return data
 
 
 def load_secret_file(path: Path, what: str = "shared secret") -> bytes:

@@ -7,15 +7,14 @@ ipmitool reads (``-f``): never on a command line, in a log line or an audit row.
 
 from __future__ import annotations
 
-import os
 import re
-import stat
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from clavis.service.auth import SecretFileError
+from clavis_contracts.keys import KeyFileError, check_private
 
 PowerState = Literal["on", "off"]
 _STATUS = re.compile(r"Chassis Power is (on|off)", re.IGNORECASE)
@@ -30,22 +29,14 @@ class BmcError(Exception):
 
 
 def check_password_file(path: Path) -> None:
-    """Refuse a password file that others may read or rewrite (as the shared secret)."""
+    """Refuse a password file that others may read or rewrite (the agents' key-file rule,
+    ``clavis_contracts.keys.check_private``); clavisd never reads it, ipmitool does."""
     try:
-        st = path.stat()
-    except OSError as exc:
-        raise BmcPasswordError(f"{path}: cannot read the BMC password: {exc.strerror}") from exc
-    if not stat.S_ISREG(st.st_mode):
+        check_private(path, "BMC password")
+    except KeyFileError as exc:
+        raise BmcPasswordError(str(exc)) from exc
+    if not path.is_file():
         raise BmcPasswordError(f"{path}: the BMC password file is not a regular file")
-    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise BmcPasswordError(
-            f"{path}: the BMC password must be readable by its owner only (chmod 600); "
-            f"its mode is {stat.S_IMODE(st.st_mode):04o}"
-        )
-    if os.geteuid() == 0 and st.st_uid != 0:
-        raise BmcPasswordError(
-            f"{path}: the BMC password must be owned by root, not uid {st.st_uid}"
-        )
 
 
 def parse_status(output: str) -> PowerState:
