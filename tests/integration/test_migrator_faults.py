@@ -129,11 +129,6 @@ def _link(state: str) -> None:
     tb.run(["ip", "-n", "ctb-r1", "link", "set", "h-r1h2", state])
 
 
-@pytest.mark.skip(
-    reason="moving the node back from r1h2 with fresh agents times out connecting to r1h2's "
-    "agent (httpcore.ConnectTimeout on 10.213.1.12:7781) after the step is sent: seen in "
-    "every CI run of 2026-11-23, cause not found yet (issue 14, docs/migrator.md)"
-)
 @pytest.mark.parametrize("run", range(RUNS))
 def test_link_between_the_hosts_cut_mid_transfer(
     testbed: dict[str, Any], tmp_path: Path, run: int

@@ -113,6 +113,12 @@ def _reaches(netns: str, ip: str, port: int) -> bool:
     return cp.returncode == 0
 
 
+def _bridge_mac(netns: str) -> str:
+    shown = tb.run(["ip", "-n", netns, "-br", "link", "show", "br0"]).split()
+    assert shown[2].startswith("02:cc:"), shown  # set by ctb/net.py, not taken from a port
+    return shown[2]
+
+
 def test_a_node_moves_to_another_rack_and_keeps_its_address(
     testbed: dict[str, Any], tmp_path: Path
 ) -> None:
@@ -120,12 +126,16 @@ def test_a_node_moves_to_another_rack_and_keeps_its_address(
     to its new rack: the head and its home rack's nodes still reach it, the job runs on."""
     a = Agents(testbed, tmp_path, ["r1h1", "r2h1"], cores=3, hook=HOOK)
     try:
+        mac = _bridge_mac("ctb-r2h1")
         job, counter = start_job(testbed, NODE, 200)
         a.send(step(testbed, (1, 0), NODE, "r1h1", "r2h1"))
         done = a.wait("r1h1", "1:0")
         assert done["state"] == "done", (done, a.log("r1h1"), a.log("r2h1"))
         assert "network hook: 10.213.1.102 routed to rack 2" in done["message"], done
         assert lxc_state(NODE, "r2h1") == "RUNNING" and lxc_state(NODE, "r1h1") == "STOPPED"
+        # the restored node's veth (a random MAC) joined r2h1's bridge: the host's MAC, the
+        # one the head's ARP cache holds, stays what the testbed set
+        assert _bridge_mac("ctb-r2h1") == mac
         assert "dev c-r2" in tb.run(["ip", "-n", "ctb-core", "route", "get", "10.213.1.102"])
         # slurmd's port, from the head (routed) and from a node of the home rack (on-link,
         # answered by the core's proxy entry)
@@ -144,6 +154,7 @@ def test_a_node_moves_to_another_rack_and_keeps_its_address(
         home = a.wait("r2h1", "2:0")
         assert home["state"] == "done", (home, a.log("r2h1"), a.log("r1h1"))
         assert "10.213.1.102 at home in rack 1" in home["message"], home
+        assert _bridge_mac("ctb-r2h1") == mac
         assert "dev c-r1" in tb.run(["ip", "-n", "ctb-core", "route", "get", "10.213.1.102"])
         job_ends_well(job, NODE, counter, 200)
     finally:

@@ -69,11 +69,6 @@ def agents(testbed: dict[str, Any], tmp_path: Path) -> Iterator[Agents]:
         _home(testbed, tmp_path)
 
 
-@pytest.mark.skip(
-    reason="moving the node back from r1h2 with fresh agents times out connecting to r1h2's "
-    "agent (httpcore.ConnectTimeout on 10.213.1.12:7781) after the step is sent: seen in "
-    "every CI run of 2026-11-23, cause not found yet (issue 14, docs/migrator.md)"
-)
 def test_a_move_with_precopy_ships_rounds_and_the_container_runs_once(
     testbed: dict[str, Any], agents: Agents
 ) -> None:

@@ -8,7 +8,6 @@ writes goes to its own /var (a per-container directory) or to tmpfs.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -16,6 +15,7 @@ import time
 from pathlib import Path
 
 from . import paths, placement
+from .net import stable_mac
 from .proc import CommandError, in_netns, in_netns_with_sysfs, run, start_time
 from .topology import Container, Topology
 
@@ -74,12 +74,6 @@ def write_shared_files(topo: Topology) -> None:
     (paths.ETC / "hosts").write_text("\n".join(lines) + "\n")
 
 
-def _mac(name: str) -> str:
-    # stable per container so a restored container keeps its MAC (and its peers' ARP)
-    h = hashlib.sha256(name.encode()).digest()
-    return "02:cb:" + ":".join(f"{b:02x}" for b in h[:4])
-
-
 def machine_cpus() -> list[int]:
     """The CPUs the testbed may pin containers to: those this process may run on."""
     return sorted(os.sched_getaffinity(0))
@@ -124,7 +118,7 @@ lxc.net.0.link = br0
 lxc.net.0.veth.pair = {c.veth}
 lxc.net.0.name = eth0
 lxc.net.0.flags = up
-lxc.net.0.hwaddr = {_mac(c.name)}
+lxc.net.0.hwaddr = {stable_mac("container", c.name)}
 lxc.net.0.ipv4.address = {c.ip}/24
 lxc.net.0.ipv4.gateway = {gateway}
 """

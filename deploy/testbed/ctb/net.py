@@ -18,6 +18,7 @@ namespaces removes every bridge, veth, qdisc and iptables rule we made.
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 from .proc import run
@@ -39,6 +40,14 @@ def netns_names(topo: Topology) -> list[str]:
 def existing_netns() -> set[str]:
     d = Path("/run/netns")
     return {p.name for p in d.iterdir()} if d.is_dir() else set()
+
+
+def stable_mac(kind: str, name: str) -> str:
+    """A locally administered MAC fixed by name: 02:cb for container NICs, 02:cc for host
+    bridges, so a restored container keeps its MAC and a bridge never takes a port's."""
+    prefix = {"container": "02:cb", "bridge": "02:cc"}[kind]
+    h = hashlib.sha256(name.encode()).digest()
+    return prefix + ":" + ":".join(f"{b:02x}" for b in h[:4])
 
 
 def _ip(ns: str, *args: str) -> None:
@@ -91,7 +100,11 @@ def build(topo: Topology, created: list[str]) -> None:
         for host in rack.hosts:
             hns = host.netns
             _add_ns(hns, created)
-            _ip(hns, "link", "add", "br0", "type", "bridge")
+            # An unset bridge MAC follows its lowest port's, and the veth a CRIU restore
+            # makes has a random one: the host's MAC then changed under the head's ARP
+            # cache on a migration and its agent was unreachable for up to a minute.
+            mac = stable_mac("bridge", host.name)
+            _ip(hns, "link", "add", "br0", "address", mac, "type", "bridge")
             _ip(hns, "addr", "add", f"{host.ip}/24", "dev", "br0")
             _ip(hns, "link", "set", "br0", "up")
             _ip(
