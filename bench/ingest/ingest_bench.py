@@ -41,7 +41,6 @@ from report import describe, machine, write_json, write_section
 from clavis_contracts.signing import sign
 
 ROOT = Path(__file__).resolve().parents[2]
-SECRET = b"bench-secret-0123456789abcdef"
 PATH = "/api/v1/reports"
 
 
@@ -73,8 +72,6 @@ def setup(tmp: Path, hosts: int, port: int, writer: str = "process") -> Path:
         for i in range(hosts)
     ]}  # fmt: skip
     (tmp / "cluster.yaml").write_text(yaml.safe_dump(cluster))
-    (tmp / "secret").write_bytes(SECRET)
-    (tmp / "secret").chmod(0o600)
     # one key per simulated host: each report is signed by its own host's key
     keys = tmp / "agent-keys.toml"
     keys.write_text("".join(
@@ -86,7 +83,7 @@ def setup(tmp: Path, hosts: int, port: int, writer: str = "process") -> Path:
     cfg.write_text(
         f'cluster_file = "{tmp / "cluster.yaml"}"\n[server]\nport = {port}\n'
         f'[store]\nurl = "sqlite:///{tmp / "clavis.db"}"\n'
-        f'[security]\nsecret_file = "{tmp / "secret"}"\nagent_keys_file = "{keys}"\n'
+        f'[security]\nagent_keys_file = "{keys}"\n'
         f'[advice]\npath = "{tmp / "advice.json"}"\n[repack]\ninterval_s = 0\n'
         f'[ingest]\nwriter = "{writer}"\n'
     )

@@ -77,9 +77,6 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="clavis-hover-") as tmp:
         root = Path(tmp)
         port = free_port()
-        secret = root / "secret"
-        secret.write_bytes(os.urandom(32).hex().encode())
-        secret.chmod(0o600)
         keys = root / "agent-keys.toml"  # one throw-away key: clavisd reads its keys at start
         keys.write_text(f'[[keys]]\nid = "k1"\nrole = "admin"\nsecret = "{os.urandom(32).hex()}"\n')
         keys.chmod(0o600)
@@ -90,7 +87,7 @@ def main() -> int:
             f'password_scrypt = "{hash_password("admin-pass")}"\n'
             f'[server]\nport = {port}\nui_dir = "{dist}"\n'
             f'[store]\nurl = "sqlite:///{root / "clavis.db"}"\n'
-            f'[security]\nsecret_file = "{secret}"\nagent_keys_file = "{keys}"\n'
+            f'[security]\nagent_keys_file = "{keys}"\n'
             f'[advice]\npath = "{root / "advice.json"}"\n[repack]\ninterval_s = 0\n'
         )
         exe = Path(sys.executable).parent / "clavisd"

@@ -13,9 +13,9 @@ is TOML::
 
 clavisd's file lists every host's keys (two for one host during a rollover: both are
 accepted); an agent's file lists its own, and it signs with the first. This module is
-the one place both agents and clavisd read such files and the shared migrator secret:
-a file that group or others may read, or (read by root) that root does not own, is
-refused, and no error message ever contains a secret.
+the one place both agents and clavisd read such files: a file that group or others may
+read, or (read by root) that root does not own, is refused, and no error message ever
+contains a secret.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from clavis_contracts.signing import MIN_SECRET_BYTES, read_secret
+from clavis_contracts.migration import MigrationStep
+from clavis_contracts.signing import MIN_SECRET_BYTES
 
 KEY_ID_PATTERN: Final = r"^[A-Za-z0-9._-]{1,64}$"
 
@@ -96,14 +97,6 @@ def check_private(path: Path, what: str) -> None:
         raise KeyFileError(
             f"{path}: the {what} must be owned by root (chown root), not uid {st.st_uid}"
         )
-
-
-def load_secret_file(path: Path, what: str = "shared secret") -> bytes:
-    """A shared secret file (the migrators'): private, at least 16 bytes."""
-    try:
-        return read_secret(private_bytes(path, what))
-    except ValueError as exc:
-        raise KeyFileError(f"{path}: {exc}") from exc
 
 
 def parse_keys(data: bytes, origin: str) -> tuple[AgentKey, ...]:
@@ -202,3 +195,13 @@ def unwrap_peer_secret(holder: AgentKey, step_id: str, wrapped: str) -> bytes:
     if len(data) != 32:
         raise ValueError("a wrapped peer key is 32 bytes")
     return bytes(a ^ b for a, b in zip(data, _pad(holder, step_id), strict=True))
+
+
+def with_peer_key(step: MigrationStep, source: AgentKey, target: AgentKey) -> MigrationStep:
+    """``step`` as clavisd sends it to the source's agent: with the key of its calls to
+    the target's agent, wrapped for ``source`` (the key clavisd signs the request with)."""
+    secret = peer_step_secret(target, step.step_id, step.source)
+    return step.model_copy(update={
+        "peer_key_id": peer_key_id(target, step.source),
+        "peer_key": wrap_peer_secret(source, step.step_id, secret),
+    })  # fmt: skip

@@ -49,6 +49,15 @@ class MigrationStep(Strict):
     memory_bytes: int = Field(ge=0)
     cores: int = Field(ge=1)
     deadline_s: float = Field(gt=0, le=86_400, description="Give up and roll back after this.")
+    peer_key_id: str | None = Field(
+        default=None, max_length=200,
+        description="Key id the source signs this step's calls to the target with "
+        "('peer:<target key id>:<source>', clavis_contracts.keys).",
+    )  # fmt: skip
+    peer_key: str | None = Field(
+        default=None, pattern=r"^[0-9a-f]{64}$",
+        description="This step's peer key, wrapped for the source host's key (hex).",
+    )  # fmt: skip
 
     @model_validator(mode="after")
     def _moves(self) -> MigrationStep:

@@ -5,7 +5,7 @@ Every agent request, and every clavisd request to an agent, carries three header
     X-Clavis-Timestamp  unix seconds when it was signed
     X-Clavis-Nonce      16-64 hex characters, never reused
     X-Clavis-Signature  hex HMAC-SHA256 of the canonical string below, keyed by the
-                        shared secret (a root-only file on every machine)
+                        sender's key (clavis_contracts.keys: root-only key files)
 
     CLAVIS-HMAC-SHA256 \\n METHOD \\n PATH \\n TIMESTAMP \\n NONCE \\n hex SHA-256 of the body
 

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
+from clavis_contracts import MigrationStep
+from clavis_contracts.keys import AgentKey
 from clavis_migrator.backend import Backend
 from clavis_migrator.config import Config
 from clavis_migrator.hooks import HOOK_TIMEOUT_S
 from clavis_migrator.incoming import Incoming
-from clavis_migrator.peer import PeerClient
+from clavis_migrator.peer import PeerClient, PeerError
 from clavis_migrator.server import Api, make_server
 from clavis_migrator.steps import Machine
 from clavis_migrator.store import StepStore
@@ -24,16 +27,23 @@ EXPIRE_EVERY_S = 2.0
 
 
 class Agent:
-    def __init__(self, cfg: Config, secret: bytes, backend: Backend) -> None:
+    def __init__(self, cfg: Config, keys: Sequence[AgentKey], backend: Backend) -> None:
+        """``keys``: this host's agent keys (clavis_contracts.keys), from its key file."""
         self.cfg = cfg
         state = Path(cfg.state_dir)
         state.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.store = StepStore(state / "steps")
 
-        def peer(address: str) -> PeerClient:
+        def peer(step: MigrationStep) -> PeerClient:
             # the target's restore: lxc-checkpoint, lxc-attach checks, the hook (hooks.py)
             slow = 3 * cfg.lxc.timeout_s + HOOK_TIMEOUT_S
-            return PeerClient(secret, address, cfg.peer_timeout_s, cfg.max_skew_s, slow)
+            if step.peer_key is None or step.peer_key_id is None:
+                raise PeerError(f"step {step.step_id} came without its peer key")
+            # the server stored the key unwrapped (server.py, POST /api/v1/steps)
+            return PeerClient(
+                bytes.fromhex(step.peer_key), step.target_address, cfg.peer_timeout_s,
+                cfg.max_skew_s, slow, key_id=step.peer_key_id,
+            )  # fmt: skip
 
         self.machine = Machine(
             cfg.host, store=self.store, backend=backend, peer=peer, outgoing=state / "outgoing",
@@ -44,9 +54,7 @@ class Agent:
             cfg.host, state / "incoming", backend, (cfg.host_cores(), cfg.host_memory()),
             cfg.network_hook,
         )  # fmt: skip
-        api = Api(
-            secret, cfg.max_skew_s, self.machine, self.incoming, cfg.chunk_bytes + _BODY_SLACK
-        )
+        api = Api(keys, cfg.max_skew_s, self.machine, self.incoming, cfg.chunk_bytes + _BODY_SLACK)
         self.http = make_server(cfg.listen, cfg.port, api)
         self.http_started = api.started
         self._thread = threading.Thread(target=self.http.serve_forever, name="http", daemon=True)

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from clavis_contracts.keys import KeyFileError, load_secret_file
+from clavis_contracts.keys import KeyFileError, load_keys, own_key
 from clavis_migrator.agent import Agent
 from clavis_migrator.config import ConfigError, load
 from clavis_migrator.lxc import LxcBackend
@@ -40,8 +40,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("config ok")
         return 0
     try:
-        secret = load_secret_file(Path(cfg.secret_file), "migrator secret")
-        agent = Agent(cfg, secret, LxcBackend(cfg.lxc, Path(cfg.state_dir)))
+        own_key(Path(cfg.key_file), cfg.host)  # the first key must be this host's
+        keys = load_keys(Path(cfg.key_file))
+        agent = Agent(cfg, keys, LxcBackend(cfg.lxc, Path(cfg.state_dir)))
     except (KeyFileError, OSError, ValueError) as exc:
         print(f"clavis-migrator: cannot start: {exc}", file=sys.stderr)
         return 1

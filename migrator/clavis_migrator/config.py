@@ -47,7 +47,9 @@ class Config:
     host: str = field(default_factory=lambda: socket.gethostname().split(".")[0])
     listen: str = "0.0.0.0"
     port: int = 7781
-    secret_file: str = "/etc/clavis/secret"
+    # this host's agent key(s), root-only (clavis_contracts.keys): the same file as the
+    # monitor's; clavisd signs its requests here with one of them
+    key_file: str = "/etc/clavis/agent-key.toml"
     state_dir: str = "/var/lib/clavis-migrator"
     max_skew_s: float = 60.0
     # what containers may use on this host; 0: the machine's cores / MemTotal
@@ -120,7 +122,7 @@ def _check(cfg: Config, problems: list[str]) -> None:
         problems.append(f"host: letters, digits, - and _ only, got {cfg.host!r}")
     if not 0 <= cfg.port <= 65535:
         problems.append("port: must be within 0..65535")
-    for key in ("secret_file", "state_dir"):
+    for key in ("key_file", "state_dir"):
         if not getattr(cfg, key).startswith("/"):
             problems.append(f"{key}: not an absolute path: {getattr(cfg, key)!r}")
     if not 1 <= cfg.max_skew_s <= 3600:

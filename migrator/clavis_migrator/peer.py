@@ -1,10 +1,11 @@
 """Agent-to-agent calls: the source's agent drives the target's (prepare, files, restore...).
 
-Both directions are signed with the shared secret (clavis_contracts.signing): requests as
-clavisd signs its own, and every answer of an agent with the same scheme, the method
-written ``RESPONSE`` and the path of the request it answers. A source that gets an answer
-without a valid signature is talking to something that is not a Clavis agent (or one with
-another secret) and refuses to move anything to it.
+Both directions are signed with the step's peer key (clavis_contracts.keys: clavisd
+derives it from the target host's key and hands it to the source, wrapped, inside the
+step): requests as clavisd signs its own, and every answer of the target with the same key,
+the method written ``RESPONSE`` and the path of the request it answers. A source that gets
+an answer without a valid signature is talking to something that is not the step's target
+agent and refuses to move anything to it.
 
 Manual equivalent of one call (with the three X-Clavis-* headers made by ``sign``):
 ``curl -X POST --data @step.json http://TARGET:7781/api/v1/peer/steps/3:0/prepare``.
@@ -34,7 +35,7 @@ class PeerRefusedError(PeerError):
 
 
 class PeerForgedError(PeerError):
-    """The answer is not signed by a Clavis agent with our secret."""
+    """The answer is not signed with the step's peer key: not the step's target agent."""
 
 
 class PeerClient:
@@ -47,6 +48,8 @@ class PeerClient:
         timeout_s: float,
         max_skew_s: float,
         restore_timeout_s: float = 0.0,
+        *,
+        key_id: str,
     ) -> None:
         host, _, port = address.rpartition(":")
         if not host or not port.isdigit():
@@ -54,6 +57,7 @@ class PeerClient:
         self.address = address
         self._host, self._port = host.strip("[]"), int(port)
         self._secret = secret
+        self._key_id = key_id
         self.timeout_s = timeout_s
         # a restore (CRIU, verification, network hook) may take longer than other calls
         self.restore_timeout_s = max(timeout_s, restore_timeout_s)
@@ -63,7 +67,7 @@ class PeerClient:
     def _call(
         self, method: str, path: str, body: bytes = b"", timeout_s: float = 0.0
     ) -> dict[str, Any]:
-        headers = sign(self._secret, method, path, body, time.time())
+        headers = sign(self._secret, method, path, body, time.time(), key_id=self._key_id)
         headers["Content-Type"] = (
             "application/octet-stream" if method == "PUT" else ("application/json")
         )
@@ -86,7 +90,7 @@ class PeerClient:
             )  # fmt: skip
         except SignatureError as exc:
             raise PeerForgedError(
-                f"the agent at {self.address} is not a Clavis migrator with this secret "
+                f"the agent at {self.address} is not this step's target migrator "
                 f"(its answer's signature: {exc})"
             ) from exc
         try:
@@ -103,8 +107,10 @@ class PeerClient:
         return f"{PEER_PREFIX}{step_id}/{what}"
 
     def prepare(self, step: MigrationStep) -> dict[str, Any]:
+        # the target derives the peer key itself: it never goes over the network
+        bare = step.model_copy(update={"peer_key": None, "peer_key_id": None})
         return self._call(
-            "POST", self._path(step.step_id, "prepare"), step.model_dump_json().encode()
+            "POST", self._path(step.step_id, "prepare"), bare.model_dump_json().encode()
         )
 
     def put(self, step_id: str, rel: str, offset: int, chunk: bytes, patch: bool = False) -> None:

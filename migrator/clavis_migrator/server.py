@@ -17,13 +17,20 @@ import re
 import threading
 import time
 import urllib.parse
+from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from pydantic import ValidationError
 
 from clavis_contracts import MigrationStep
-from clavis_contracts.signing import NonceCache, SignatureError, sign, verify
+from clavis_contracts.keys import (
+    AgentKey,
+    parse_peer_key_id,
+    peer_step_secret,
+    unwrap_peer_secret,
+)
+from clavis_contracts.signing import KEY_ID, NonceCache, SignatureError, key_id_of, sign, verify
 from clavis_migrator.backend import BackendError
 from clavis_migrator.incoming import Incoming, RefusedError
 from clavis_migrator.peer import PEER_PREFIX, RESPONSE
@@ -44,13 +51,13 @@ class Api:
 
     def __init__(
         self,
-        secret: bytes,
+        keys: Sequence[AgentKey],
         max_skew_s: float,
         machine: Machine,
         incoming: Incoming,
         max_body: int,
     ) -> None:
-        self.secret = secret
+        self.keys = {k.id: k for k in keys}
         self.max_skew_s = max_skew_s
         self.nonces = NonceCache(max_skew_s)
         # nonces are kept in memory only: refuse what was signed before this start
@@ -59,6 +66,23 @@ class Api:
         self.incoming = incoming
         self.max_body = max_body
         self.lock = threading.Lock()
+
+    def key_for(self, key_id: str, path: str) -> tuple[bytes, AgentKey | None]:
+        """The secret a request to ``path`` signed as ``key_id`` must be signed with, and
+        the host key it is (None: a step's peer key); KeyError naming why not."""
+        peer = parse_peer_key_id(key_id)
+        if peer is None:
+            key = self.keys.get(key_id)
+            if key is None:
+                raise KeyError(f"unknown key id {key_id[:64]!r}")
+            if PEER_RE.match(urllib.parse.urlsplit(path).path):
+                raise KeyError("a host key is clavisd's: it does not reach the peer paths")
+            return key.secret_bytes, key
+        target, source = peer
+        m = PEER_RE.match(urllib.parse.urlsplit(path).path)
+        if target not in self.keys or m is None:
+            raise KeyError("a peer key reaches its own step's peer paths on its target only")
+        return peer_step_secret(self.keys[target], m.group(1), source), None
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -69,9 +93,17 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s " + format, self.client_address[0], *args)
 
+    # the secret and key id of the request being answered (None: it was not authentic)
+    _answer_key: tuple[bytes, str] | None = None
+    _verified_by: AgentKey | None = None
+
     def _send(self, code: int, doc: Any) -> None:
         body = doc if isinstance(doc, bytes) else json.dumps(doc).encode()
-        headers = sign(self.api.secret, RESPONSE, self.path, body, time.time())
+        # An answer is signed with the key its request was signed with; a refused
+        # request's answer is unsigned (its sender learns nothing it could replay).
+        ak = self._answer_key
+        headers = {} if ak is None else sign(ak[0], RESPONSE, self.path, body, time.time(),
+                                             key_id=ak[1])  # fmt: skip
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
@@ -81,6 +113,7 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def _body(self) -> bytes | None:
+        self._answer_key = self._verified_by = None  # a new request on this connection
         try:
             n = int(self.headers.get("Content-Length", "0"))
         except ValueError:
@@ -92,16 +125,25 @@ class Handler(BaseHTTPRequestHandler):
         return self.rfile.read(n)
 
     def _authentic(self, body: bytes) -> bool:
+        self._answer_key = self._verified_by = None
+        key_id = key_id_of(dict(self.headers))
         try:
+            if not key_id:
+                raise SignatureError(f"missing {KEY_ID} header")
+            try:
+                secret, host_key = self.api.key_for(key_id, self.path)
+            except KeyError as exc:
+                raise SignatureError(str(exc.args[0])) from None
             with self.api.lock:
                 verify(
-                    self.api.secret, self.command, self.path, body, dict(self.headers),
+                    secret, self.command, self.path, body, dict(self.headers),
                     now=time.time(), max_skew_s=self.api.max_skew_s, nonces=self.api.nonces,
                     not_before=self.api.started,
                 )  # fmt: skip
         except SignatureError as exc:
             self._send(401, {"error": f"not authenticated: {exc}"})
             return False
+        self._answer_key, self._verified_by = (secret, key_id), host_key
         return True
 
     def do_GET(self) -> None:
@@ -130,8 +172,9 @@ class Handler(BaseHTTPRequestHandler):
             return
         if self.command == "POST" and self.path == "/api/v1/steps":
             try:
-                step = MigrationStep.model_validate_json(body)
-            except ValidationError as exc:
+                step = _with_plain_peer_key(MigrationStep.model_validate_json(body),
+                                            self._verified_by)  # fmt: skip
+            except (ValidationError, ValueError) as exc:
                 self._send(422, {"error": f"not a migration step: {exc}"})
                 return
             rec = self.api.machine.submit(step)
@@ -186,6 +229,16 @@ class Handler(BaseHTTPRequestHandler):
             inc.commit(step_id)
             return {"ok": True}
         return inc.abort(step_id)
+
+
+def _with_plain_peer_key(step: MigrationStep, holder: AgentKey | None) -> MigrationStep:
+    """The step with its peer key unwrapped by the host key clavisd signed it with; the
+    agent keeps it so (its state directory is root's, 0700) to sign this step's calls to
+    the target. ValueError when the step has none."""
+    if holder is None or step.peer_key is None or step.peer_key_id is None:
+        raise ValueError("the step has no peer key (peer_key, peer_key_id): clavisd too old?")
+    plain = unwrap_peer_secret(holder, step.step_id, step.peer_key)
+    return step.model_copy(update={"peer_key": plain.hex()})
 
 
 def make_server(listen: str, port: int, api: Api) -> ThreadingHTTPServer:

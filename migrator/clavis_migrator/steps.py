@@ -31,7 +31,8 @@ from clavis_migrator.store import StepRecord, StepStore, now
 
 log = logging.getLogger("clavis_migrator.steps")
 
-PeerFactory = Callable[[str], PeerClient]
+# a step -> the client of its target agent, keyed for that step (clavis_contracts.keys)
+PeerFactory = Callable[[MigrationStep], PeerClient]
 
 
 class StepFailedError(Exception):
@@ -152,7 +153,7 @@ class Machine:
 
         try:
             rec = self.store.update(rec, state="running", phase="prepare")
-            peer = self.peer(step.target_address)
+            peer = self.peer(step)
             try:
                 got = peer.prepare(step)
             except PeerForgedError as exc:
@@ -317,7 +318,7 @@ class Machine:
 
     def _abort_target(self, rec: StepRecord) -> StepRecord:
         try:
-            did = self.peer(rec.step.target_address).abort(rec.step.step_id)
+            did = self.peer(rec.step).abort(rec.step.step_id)
             return self._note(rec, f"target: {did}")
         except PeerError as exc:
             return self._note(rec, f"target abort failed: {exc}")
@@ -368,7 +369,7 @@ class Machine:
         except BackendError as exc:
             rec = self._note(rec, f"source clean-up: {exc}")
         try:
-            self.peer(step.target_address).commit(step.step_id)
+            self.peer(step).commit(step.step_id)
         except PeerError as exc:
             rec = self._note(rec, f"target clean-up: {exc}")
         self._end(rec, "done", f"committed: {step.container} runs on {step.target}", t0)

@@ -1,6 +1,6 @@
 """`clavis repack` and `clavis hash-password`: the head node's command-line side of clavisd.
 
-`clavis repack` asks the running clavisd (signed with the shared secret, so it runs as
+`clavis repack` asks the running clavisd (signed with an admin key, so it runs as
 root on the head node, e.g. from the systemd timer) for one repacking pass. It never
 writes the store itself: clavisd is its only writer. A dry run (the default) prints the
 plan and stores nothing; ``--apply`` stores the plan and starts it.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -19,7 +20,6 @@ from typing import Any
 from . import tb
 
 PORT = 7781
-SECRET = b"clavis-migrator-testbed-secret-0123"
 
 # The hosts' names do not resolve in the head's netns: the address template is the
 # agent's own address (no {host} in it).
@@ -28,14 +28,21 @@ import sys
 from pathlib import Path
 from clavis.service.agents import MigratorClient
 from clavis_contracts import MigrationStep
-secret, address, host, what, arg = Path(sys.argv[1]).read_bytes(), *sys.argv[2:6]
-c = MigratorClient(secret, address, 30.0)
+from clavis_contracts.keys import load_keys
+keys_file, address, host, what, arg = sys.argv[1:6]
+keys = {k.host: k for k in load_keys(Path(keys_file))}
+c = MigratorClient(keys.get, address, 30.0)
 if what == "send":
     st = c.send(MigrationStep.model_validate_json(arg))
 else:
     st = c.status(host, arg)
 print(st.model_dump_json())
 """
+
+
+def _private(path: Path, text: str) -> None:
+    path.write_text(text)
+    path.chmod(0o600)
 
 
 def host_ip(testbed: dict[str, Any], host: str) -> str:
@@ -59,9 +66,13 @@ class Agents:
         self.testbed, self.root, self.hook = testbed, root, hook
         self.precopy_rounds = precopy_rounds
         root.mkdir(parents=True, exist_ok=True)
-        self.secret = root / "secret"
-        self.secret.write_bytes(SECRET)
-        self.secret.chmod(0o600)
+        # a key per host: clavisd's list (the client's) and each agent's own file
+        self.keys = root / "agent-keys.toml"
+        entries = {h: f'[[keys]]\nid = "{h}-1"\nhost = "{h}"\nsecret = "{secrets.token_hex(32)}"\n'
+                   for h in hosts}  # fmt: skip
+        for h, entry in entries.items():
+            _private(root / f"{h}.key.toml", entry)
+        _private(self.keys, "".join(entries.values()))
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         for host in hosts:
             self.start(host, cores)
@@ -75,7 +86,7 @@ class Agents:
         cfg = self.root / f"{host}.toml"
         cfg.write_text(
             f'host = "{host}"\nlisten = "{host_ip(self.testbed, host)}"\nport = {PORT}\n'
-            f'secret_file = "{self.secret}"\nstate_dir = "{self.state_dir(host)}"\n'
+            f'key_file = "{self.root / f"{host}.key.toml"}"\nstate_dir = "{self.state_dir(host)}"\n'
             f"cores = {cores}\nmemory_bytes = {16 * 2**30}\npeer_timeout_s = {peer_timeout_s}\n"
             f"precopy_rounds = {self.precopy_rounds}\n"
             + (f'network_hook = ["{self.hook}"]\n' if self.hook else "")
@@ -122,7 +133,7 @@ class Agents:
     def _client(self, host: str, what: str, arg: str) -> dict[str, Any]:
         out = tb.run(
             ["nsenter", "--net=/run/netns/ctb-core", "--", sys.executable, "-c", _SEND,
-             str(self.secret), f"{host_ip(self.testbed, host)}:{PORT}", host, what, arg],
+             str(self.keys), f"{host_ip(self.testbed, host)}:{PORT}", host, what, arg],
             timeout=120,
         )  # fmt: skip
         doc: dict[str, Any] = json.loads(out)

@@ -195,8 +195,8 @@ def test_the_advice_is_fresh_and_readable_by_the_slurm_user(stack: dict[str, Any
     assert {n["node"]: n["host"] for n in doc["nodes"]} == _nodes(st)
     mode = advice.stat().st_mode & 0o777
     assert mode == 0o640, oct(mode)
-    # the secret and the agent keys stay root's
-    for key in ("secret_file", "agent_keys_file"):
+    # the agent keys stay root's
+    for key in ("agent_keys_file",):
         secret = Path(st["stack"]["clavisd"][key])
         assert secret.stat().st_mode & 0o777 == 0o600
         cp = subprocess.run(["runuser", "-u", "slurm", "--", "cat", str(secret)],

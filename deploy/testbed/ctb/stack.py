@@ -1,6 +1,6 @@
 """The Clavis stack on the testbed (`clavis-testbed up --stack`).
 
-    head netns ctb-core:   clavisd on HEAD_IP:7780 (config, SQLite store, secret, advice
+    head netns ctb-core:   clavisd on HEAD_IP:7780 (config, SQLite store, keys, advice
                            in /run/clavis-testbed/clavis), select/clavis reads its advice
     host netns ctb-rRhH:   clavis-monitor (the containers on its host through LXC, its nft
                            counters, its BMC over IPMI LAN+), reports signed to clavisd;
@@ -25,7 +25,6 @@ stops exactly what `up` started.
 
 from __future__ import annotations
 
-import base64
 import grp
 import json
 import os
@@ -42,9 +41,8 @@ from .state import State
 from .topology import Container, Topology
 
 VENV = Path(os.environ.get("CLAVIS_VENV", str(paths.REPO / ".venv")))
-CLAVIS_DIR = paths.ADVICE.parent  # clavisd's directory: config, store, secret, advice
+CLAVIS_DIR = paths.ADVICE.parent  # clavisd's directory: config, store, keys, advice
 CLAVISD_CONF = CLAVIS_DIR / "clavis.toml"
-SECRET = CLAVIS_DIR / "secret"  # shared by clavisd and the migrators only
 AGENT_KEYS = CLAVIS_DIR / "agent-keys.toml"  # every host's key and the admin key
 HOST_KEYS = CLAVIS_DIR / "keys"  # HOST_KEYS/HOST.toml: that host's own key (its monitor)
 STORE = CLAVIS_DIR / "clavis.db"
@@ -148,14 +146,13 @@ def _write_private(path: Path, text: str) -> None:
 
 
 def write_clavisd_files(topo: Topology) -> dict[str, str]:
-    """clavisd's directory, secret, cluster document and config; return the generated
+    """clavisd's directory, agent keys, cluster document and config; return the generated
     UI passwords by role (only their scrypt hashes are kept, in the config)."""
     CLAVIS_DIR.mkdir(parents=True, exist_ok=True)
     group = ADVICE_GROUP if _group_exists(ADVICE_GROUP) else ""
     # slurmctld must traverse it to the advice; the store and config stay root's
     os.chown(CLAVIS_DIR, 0, grp.getgrnam(group).gr_gid if group else 0)
     CLAVIS_DIR.chmod(0o750)
-    _write_private(SECRET, base64.b64encode(os.urandom(32)).decode() + "\n")
     write_agent_keys(topo)
     if not CLUSTER_DOC.exists():  # up writes it; a testbed from before that did not
         cluster.write(topo)
@@ -172,8 +169,7 @@ def write_clavisd_files(topo: Topology) -> dict[str, str]:
         f"{users}"
         f"[server]\nlisten = {_toml_str(topo.head_ip)}\nport = {PORT}\n"
         f"[store]\nurl = {_toml_str(f'sqlite:///{STORE}')}\n"
-        f"[security]\nsecret_file = {_toml_str(str(SECRET))}\n"
-        f"agent_keys_file = {_toml_str(str(AGENT_KEYS))}\n"
+        f"[security]\nagent_keys_file = {_toml_str(str(AGENT_KEYS))}\n"
         # one process: the testbed's machine is small and shared
         f'[ingest]\nwriter = "thread"\n'
         # no internal applying loop: an admin (or the demo) runs `clavis repack`
@@ -359,7 +355,7 @@ def start(st: State, bmcs: dict[str, dict[str, Any]]) -> dict[str, str]:
         st.save()
         monitors.append(m)
     write_plugstack()
-    migrators = agents.start(st, _program("clavis-migrator"), SECRET)
+    migrators = agents.start(st, _program("clavis-migrator"), HOST_KEYS)
     wait_reports(topo, [clavisd, *monitors, *migrators])
     return passwords
 
@@ -370,7 +366,7 @@ def start_agents(st: State) -> None:
         raise CommandError("the Clavis stack is not up (run `clavis-testbed up --stack`)")
     if any(agents.ours(p) for p in st.processes):
         raise CommandError("the migrator agents run already (`clavis-testbed agents stop`)")
-    agents.start(st, _program("clavis-migrator"), SECRET)
+    agents.start(st, _program("clavis-migrator"), HOST_KEYS)
 
 
 def stop_stack(st: State) -> list[str]:
@@ -422,7 +418,6 @@ def status(st: State) -> dict[str, Any] | None:
             "netns": topo.core_netns,
             "config": str(CLAVISD_CONF),
             "store": str(STORE),
-            "secret_file": str(SECRET),
             "agent_keys_file": str(AGENT_KEYS),
             "cluster_file": str(CLUSTER_DOC),
             "log": str(paths.LOG / "clavisd.log"),

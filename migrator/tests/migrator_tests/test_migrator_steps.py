@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from clavis_contracts.keys import AgentKey
 from clavis_migrator.agent import Agent
 from clavis_migrator.store import StepStore
 
@@ -99,10 +100,11 @@ def test_refusals_name_their_reason_and_nothing_moves(pair) -> None:
     post(a1.port, step(a2.port, index=4, memory_bytes=2 * 2**30 + 1))
     doc = wait_terminal(a1.port, "1:4")
     assert doc["state"] == "failed" and "over its memory" in doc["message"], doc
-    # the address is an agent, but of another host
+    # the address is an agent, but of another host: it cannot check the step's peer key
+    # (derived from h7's key), so its answer is not signed with it
     post(a1.port, step(a2.port, index=5, target="h7"))
     doc = wait_terminal(a1.port, "1:5")
-    assert doc["state"] == "failed" and "not the step's target h7" in doc["message"], doc
+    assert doc["state"] == "failed" and "not this step's target migrator" in doc["message"], doc
     assert "c1 still runs on h1" in doc["message"] or "still runs on h1" in doc["message"]
     assert t.where == {"c1": "h1", "c2": "h1", "c3": "h2"}
     assert not any(c.startswith("checkpoint") for c in t.calls)
@@ -120,10 +122,12 @@ def test_a_second_step_on_the_same_container_is_refused(pair) -> None:
     assert t.calls.count("checkpoint c1 on h1") == 1
 
 
-def test_a_target_with_another_secret_is_not_trusted(tmp_path: Path) -> None:
+def test_a_target_with_another_key_is_not_trusted(tmp_path: Path) -> None:
     t = table("c1")
     a1, _ = make_agent(tmp_path, "h1", t)
-    a2, _ = make_agent(tmp_path, "h2", t, secret=b"some-other-secret-abcdefghij")
+    # not the key clavisd derived the step's peer key from: an impostor at h2's address
+    other = AgentKey(id="h2-k1", host="h2", secret="some-other-secret-abcdefghij")
+    a2, _ = make_agent(tmp_path, "h2", t, key=other)
     try:
         post(a1.port, step(a2.port))
         doc = wait_terminal(a1.port, "1:0")
@@ -131,7 +135,7 @@ def test_a_target_with_another_secret_is_not_trusted(tmp_path: Path) -> None:
         a1.stop()
         a2.stop()
     assert doc["state"] == "failed", doc
-    assert "not a Clavis migrator with this secret" in doc["message"]
+    assert "not this step's target migrator" in doc["message"]
     assert t.where["c1"] == "h1" and t.calls == []
 
 

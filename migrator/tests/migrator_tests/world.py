@@ -20,12 +20,25 @@ from pathlib import Path
 from typing import Any
 
 from clavis_contracts import MigrationStep
+from clavis_contracts.keys import AgentKey, with_peer_key
 from clavis_contracts.signing import sign
 from clavis_migrator.agent import Agent
 from clavis_migrator.backend import BackendError, Size
 from clavis_migrator.config import parse
 
-SECRET = b"migrator-test-secret-0123456789"
+# Each host's agent key, as clavisd and that host's agents have it (clavis_contracts.keys).
+KEYS = {
+    h: AgentKey(id=f"{h}-k1", host=h, secret=f"migrator-test-key-of-{h}-0123456789")
+    for h in ("h1", "h2", "h3", "h7", "h9")
+}
+
+
+def write_key_file(path: Path, *keys: AgentKey) -> Path:
+    path.write_text("".join(
+        f'[[keys]]\nid = "{k.id}"\nhost = "{k.host}"\nsecret = "{k.secret}"\n' for k in keys
+    ))  # fmt: skip
+    path.chmod(0o600)
+    return path
 
 
 @dataclass
@@ -107,17 +120,18 @@ class TableBackend:
 
 
 def make_agent(
-    tmp: Path, host: str, table: Table, secret: bytes = SECRET, **opts: Any
+    tmp: Path, host: str, table: Table, key: AgentKey | None = None, **opts: Any
 ) -> tuple[Agent, TableBackend]:
-    secret_file = tmp / f"{host}.secret"
-    secret_file.write_bytes(secret)
+    """An agent of ``host`` with its key of KEYS (or ``key``)."""
+    key = key or KEYS[host]
+    key_file = write_key_file(tmp / f"{host}.key.toml", key)
     doc = {
-        "host": host, "listen": "127.0.0.1", "port": 0, "secret_file": str(secret_file),
+        "host": host, "listen": "127.0.0.1", "port": 0, "key_file": str(key_file),
         "state_dir": str(tmp / host), "cores": 4, "memory_bytes": 4 * 2**30,
         "chunk_bytes": 4096, "peer_timeout_s": 5.0, **opts,
     }  # fmt: skip
     backend = TableBackend(host, table)
-    agent = Agent(parse(doc), secret, backend)
+    agent = Agent(parse(doc), (key,), backend)
     agent.start()
     return agent, backend
 
@@ -139,11 +153,15 @@ def call(
     path: str,
     body: bytes = b"",
     *,
-    secret: bytes = SECRET,
+    key: AgentKey = KEYS["h1"],
     headers: dict[str, str] | None = None,
 ) -> tuple[int, dict[str, Any]]:
-    """A signed request as clavisd sends it; (status, JSON answer)."""
-    h = headers if headers is not None else sign(secret, method, path, body, time.time())
+    """A request as clavisd signs it, with the agent's host key; (status, JSON answer)."""
+    h = (
+        headers
+        if headers is not None
+        else sign(key.secret_bytes, method, path, body, time.time(), key_id=key.id)
+    )
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     try:
         conn.request(method, path, body=body, headers=h)
@@ -153,8 +171,16 @@ def call(
         conn.close()
 
 
-def post(port: int, s: MigrationStep) -> dict[str, Any]:
-    code, doc = call(port, "POST", "/api/v1/steps", s.model_dump_json().encode())
+def keyed(s: MigrationStep, to: str = "h1") -> MigrationStep:
+    """The step as clavisd sends it to host ``to``'s agent (normally its source): with
+    its peer key wrapped for that host's key (KEYS)."""
+    return with_peer_key(s, KEYS[to], KEYS[s.target])
+
+
+def post(port: int, s: MigrationStep, to: str = "h1") -> dict[str, Any]:
+    """POST the step to the agent of host ``to`` (the tests' sources are h1)."""
+    body = keyed(s, to).model_dump_json().encode()
+    code, doc = call(port, "POST", "/api/v1/steps", body, key=KEYS[to])
     assert code == 200, doc
     return doc
 

@@ -15,7 +15,6 @@ from pathlib import Path
 
 from clavis_contracts.keys import AgentKey
 
-SECRET = b"monitor-test-secret-0123456789"  # clavisd's migrator secret
 KEY = AgentKey(id="h1-k1", host="h1", secret="monitor-test-key-of-h1-0123456789")
 ADMIN_KEY = AgentKey(id="admin-k1", role="admin", secret="monitor-test-admin-key-0123456789")
 
@@ -57,16 +56,13 @@ def write_setup(
         ],
     }  # fmt: skip
     (tmp / "cluster.yaml").write_text(json.dumps(cluster))  # JSON is YAML
-    secret = tmp / "secret"
-    secret.write_bytes(SECRET + b"\n")
-    secret.chmod(0o600)
+    keys = write_key_file(tmp / "agent-keys.toml", KEY, ADMIN_KEY)
     cfg = tmp / "clavis.toml"
     cfg.write_text(
         f'cluster_file = "{tmp / "cluster.yaml"}"\n'
         f"[server]\nport = {port}\n"
         f'[store]\nurl = "sqlite:///{tmp / "clavis.db"}"\n'
-        f'[security]\nsecret_file = "{secret}"\n'
-        f'agent_keys_file = "{write_key_file(tmp / "agent-keys.toml", KEY, ADMIN_KEY)}"\n'
+        f'[security]\nagent_keys_file = "{keys}"\n'
         f'[advice]\npath = "{tmp / "advice.json"}"\n'
         f'[ingest]\nmax_report_age_s = {max_report_age_s}\nwriter = "thread"\n'
         "[repack]\ninterval_s = 0\n"

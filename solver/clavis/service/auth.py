@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Literal, NamedTuple
 
-from clavis_contracts.keys import AgentKey, KeyFileError, load_keys, load_secret_file
+from clavis_contracts.keys import AgentKey, KeyFileError, load_keys
 from clavis_contracts.signing import (
     KEY_ID,
     REPLAYED,
@@ -48,11 +48,6 @@ class AuthError(Exception):
 
 
 SecretFileError = KeyFileError  # the name clavisd's callers know
-
-
-def load_secret(path: Path) -> bytes:
-    """The secret shared with the migrator agents (clavis_contracts.keys checks it)."""
-    return load_secret_file(path)
 
 
 def hash_password(password: str, salt: bytes | None = None) -> str:
@@ -148,6 +143,16 @@ class AgentAuth:
     @property
     def key_ids(self) -> list[str]:
         return sorted(self._keys)
+
+    def host_key(self, host: str) -> AgentKey | None:
+        """The key clavisd signs its requests to ``host``'s agents with: the first listed
+        for that host (during a rollover the old one stays first until the agent has the
+        new one; docs/clavisd.md, Security)."""
+        with self._lock:
+            self._reload_if_changed()
+            return next(
+                (k for k in self._keys.values() if k.role == "agent" and k.host == host), None
+            )
 
     def keep_since(self, now: float) -> float:
         """Nonces signed before this need no memory: their timestamps are refused."""

@@ -92,12 +92,6 @@ class SecurityConfig(_Section):
         description="Every host's agent keys and the admin keys (clavis_contracts.keys): "
         "mode 0600, owned by root when root reads it; re-read when it changes.",
     )
-    secret_file: Path = Field(
-        default=Path("/etc/clavis/secret"),
-        description="Secret shared with the migrator agents only (clavisd's requests to "
-        "them); it opens nothing of clavisd's API. Mode 0600, owned by root when root "
-        "reads it, at least 16 bytes.",
-    )
     max_skew_s: float = Field(
         default=30.0, gt=0, le=3600, description="Signed requests further off are refused."
     )

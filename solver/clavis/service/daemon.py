@@ -2,7 +2,7 @@
 
     clavisd [--config /etc/clavis/clavis.toml]
 
-Exit codes: 0 stopped cleanly, 2 bad configuration, cluster file or secret file.
+Exit codes: 0 stopped cleanly, 2 bad configuration, cluster file, key file or TLS key.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from clavis.service import advice, maintenance, snapshot
 from clavis.service.advice_worker import AdviceWorker, build_document
 from clavis.service.agents import MigratorClient
 from clavis.service.api import plan_out, serve
-from clavis.service.auth import AgentAuth, SecretFileError, hash_password, load_secret
+from clavis.service.auth import AgentAuth, SecretFileError, hash_password
 from clavis.service.claims import ContainerClaims, planned_moves
 from clavis.service.classify import threshold_for
 from clavis.service.config import DEFAULT_PATH, Config, ConfigError, load_config
@@ -59,7 +59,7 @@ EXIT_BAD_CONFIG = 2
 class Clavisd:
     """Everything one clavisd process holds; the API and the loops call into it."""
 
-    def __init__(self, config: Config, secret: bytes, now: float | None = None) -> None:
+    def __init__(self, config: Config, now: float | None = None) -> None:
         self.config = config
         self.started = now if now is not None else time.time()
         self.cluster = load_cluster(config.cluster_file)
@@ -88,7 +88,7 @@ class Clavisd:
         self.executor = Executor(
             self.store,
             MigratorClient(
-                secret,
+                self.auth.host_key,
                 config.migrator.address,
                 config.migrator.timeout_s,
                 config.migrator.addresses,
@@ -312,12 +312,11 @@ class Clavisd:
 
 def build(config_path: Path) -> Clavisd:
     config = load_config(config_path)
-    secret = load_secret(config.security.secret_file)
     # Every private file is checked before the store is opened (Clavisd reads the keys).
     load_keys(config.security.agent_keys_file)
     if config.server.tls_key_file is not None:
         private_bytes(config.server.tls_key_file, "TLS key")
-    return Clavisd(config, secret)
+    return Clavisd(config)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

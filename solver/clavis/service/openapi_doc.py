@@ -41,7 +41,7 @@ def document() -> dict[str, Any]:
             f'[advice]\npath = "{root / "advice.json"}"\n'
             '[ingest]\nwriter = "thread"\n[repack]\ninterval_s = 0\n'
         )
-        d = Clavisd(load_config(root / "clavis.toml"), b"x" * 32)
+        d = Clavisd(load_config(root / "clavis.toml"))
         d.ingestor.start()  # stop() expects it
         try:
             return create_app(d).openapi()

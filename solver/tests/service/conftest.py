@@ -13,7 +13,7 @@ from clavis.service.api import serve
 from clavis.service.config import load_config
 from clavis.service.daemon import Clavisd
 
-from .helpers import SECRET, write_setup
+from .helpers import write_setup
 from .pg import PrivatePostgres
 
 BACKENDS = ["sqlite", "postgresql"]
@@ -43,7 +43,7 @@ def clavisd(tmp_path: Path, store_url: str) -> Iterator[Clavisd]:
     """A clavisd in-process (real ingest writer) on a fresh store."""
     extra = "[repack]\ninterval_s = 0\ntime_limit_s = 5\nworkers = 1\nparallelism = 1\n" \
         '[migrator]\naddress = "127.0.0.1:9"\ntimeout_s = 1\n'  # fmt: skip
-    d = Clavisd(load_config(write_setup(tmp_path, extra=extra, store_url=store_url)), SECRET)
+    d = Clavisd(load_config(write_setup(tmp_path, extra=extra, store_url=store_url)))
     d.ingestor.start()
     yield d
     d.stop()

@@ -17,7 +17,8 @@ from clavis.service.auth import hash_password
 from clavis_contracts.signing import sign
 
 ROOT = Path(__file__).resolve().parents[3]
-SECRET = b"test-secret-0123456789abcdef"  # shared with the migrators only
+# A shared secret as clavis had before per-host keys: it must open nothing now.
+SECRET = b"test-secret-0123456789abcdef"
 ADMIN = "admin"
 # Per-host agent keys and an admin key, as id -> (host or ADMIN, secret); the keys file
 # write_setup writes lists them all.
@@ -62,12 +63,9 @@ def cluster_doc(hosts: int = 4, cores: int = 8) -> dict[str, Any]:
 def write_setup(
     tmp: Path, *, hosts: int = 4, extra: str = "", port: int = 7780, store_url: str = ""
 ) -> Path:
-    """Cluster file, secret file (0600), config; returns the config path. The store is
+    """Cluster file, agent keys file (0600), config; returns the config path. The store is
     SQLite in ``tmp`` unless ``store_url`` names another."""
     (tmp / "cluster.yaml").write_text(yaml.safe_dump(cluster_doc(hosts)))
-    secret = tmp / "secret"
-    secret.write_bytes(SECRET + b"\n")
-    secret.chmod(0o600)
     keys = write_keys(tmp / "agent-keys.toml", KEYS)
     users = "".join(
         f'[[users]]\nname = "{name}"\nrole = "{role}"\npassword_scrypt = "{hash_password(pw)}"\n'
@@ -80,7 +78,7 @@ def write_setup(
         f"{users}"
         f"[server]\nport = {port}\n"
         f'[store]\nurl = "{url}"\n'
-        f'[security]\nsecret_file = "{secret}"\nagent_keys_file = "{keys}"\n'
+        f'[security]\nagent_keys_file = "{keys}"\n'
         f'[advice]\npath = "{tmp / "advice.json"}"\n'
         f"{extra}"
     )

@@ -23,9 +23,28 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from clavis_contracts import MigrationStep, StepStatus
-from clavis_contracts.signing import NonceCache, SignatureError, verify
+from clavis_contracts.keys import AgentKey, peer_key_id, peer_step_secret, unwrap_peer_secret
+from clavis_contracts.signing import NonceCache, SignatureError, key_id_of, verify
 
-from .helpers import SECRET
+from .helpers import ADMIN, KEYS
+
+# the hosts' keys as clavisd has them (helpers.KEYS), by key id
+_HOST_KEYS = {
+    kid: AgentKey(id=kid, host=who, secret=secret)
+    for kid, (who, secret) in KEYS.items()
+    if who != ADMIN
+}
+
+
+def _peer_key_checks(step: MigrationStep, key: AgentKey) -> None:
+    if key.host != step.source:
+        raise SignatureError(f"step for source {step.source} signed with {key}")
+    target = next(k for k in _HOST_KEYS.values() if k.host == step.target)
+    if step.peer_key is None or step.peer_key_id != peer_key_id(target, step.source):
+        raise SignatureError("the step lacks its peer key")
+    got = unwrap_peer_secret(key, step.step_id, step.peer_key)
+    if got != peer_step_secret(target, step.step_id, step.source):
+        raise SignatureError("the step's peer key is not the target's")
 
 
 @dataclass
@@ -95,10 +114,19 @@ class ProtocolRecorder:
                 self.wfile.write(data)
 
             def _check(self, body: bytes) -> bool:
+                """Signed with a host's key (the recorder answers for every host); a step
+                is sent to its source with its key, and carries a peer key the target's
+                key gives (clavis_contracts.keys)."""
                 try:
+                    key = _HOST_KEYS.get(key_id_of(dict(self.headers)))
+                    if key is None:
+                        raise SignatureError("not signed with a host's key")
                     with agent.lock:
-                        verify(SECRET, self.command, self.path, body, dict(self.headers),
-                               now=time.time(), max_skew_s=30, nonces=agent.nonces)  # fmt: skip
+                        verify(key.secret_bytes, self.command, self.path, body,
+                               dict(self.headers), now=time.time(), max_skew_s=30,
+                               nonces=agent.nonces)  # fmt: skip
+                    if self.command == "POST":
+                        _peer_key_checks(MigrationStep.model_validate_json(body), key)
                 except SignatureError as exc:
                     agent.record.refused.append(str(exc))
                     self._answer(401, json.dumps({"detail": str(exc)}))

@@ -14,7 +14,7 @@ import pytest
 from clavis.service.config import ConfigError, load_config
 from clavis.service.daemon import Clavisd
 
-from .helpers import SECRET, write_setup
+from .helpers import write_setup
 
 
 def _other_group() -> grp.struct_group:
@@ -30,7 +30,7 @@ def _other_group() -> grp.struct_group:
 
 def _clavisd(tmp_path: Path, advice_keys: str) -> Clavisd:
     # write_setup ends with the [advice] table, so these keys land in it
-    d = Clavisd(load_config(write_setup(tmp_path, extra=advice_keys)), SECRET)
+    d = Clavisd(load_config(write_setup(tmp_path, extra=advice_keys)))
     d.ingestor.start()
     return d
 

@@ -122,7 +122,7 @@ def test_clavisd_refuses_a_keys_file_others_can_read(tmp_path: Path, clavisd: Cl
     keys_file = clavisd.config.security.agent_keys_file
     keys_file.chmod(0o604)
     with pytest.raises(KeyFileError, match=r"readable by its owner only \(chmod 600\)"):
-        Clavisd(clavisd.config, SECRET)
+        Clavisd(clavisd.config)
 
 
 def test_key_files_are_checked_and_never_echo_a_secret(tmp_path: Path) -> None:

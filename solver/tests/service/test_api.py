@@ -19,7 +19,6 @@ from clavis.service.store import Store
 
 from .helpers import (
     KEYS,
-    SECRET,
     container,
     contended,
     login,
@@ -259,7 +258,7 @@ def test_either_writer_stores_what_the_contract_validated(tmp_path: Path, writer
     """The writer reads the validated body as plain JSON: absent optional fields get the
     contract's defaults and integers are stored as the numbers validation made them."""
     cfg = write_setup(tmp_path, extra=f'[repack]\ninterval_s = 0\n[ingest]\nwriter = "{writer}"\n')
-    d = Clavisd(load_config(cfg), SECRET)
+    d = Clavisd(load_config(cfg))
     d.ingestor.start()
     try:
         with TestClient(serve(d)) as client:

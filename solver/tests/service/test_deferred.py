@@ -20,7 +20,7 @@ from clavis.service.config import load_config
 from clavis.service.daemon import Clavisd
 from clavis.service.repack import decide
 
-from .helpers import SECRET, container, login, post_report, report, write_setup
+from .helpers import container, login, post_report, report, write_setup
 from .process import Daemon, free_port
 
 
@@ -47,7 +47,7 @@ def _pair(name: str, job: str, peer: str) -> dict[str, Any]:
 def crossed(tmp_path: Path) -> Iterator[tuple[Clavisd, TestClient]]:
     """h1 runs a1 and b1, h2 runs a2 and b2 (4 of 8 cores each: both full); job a's two
     containers talk, so do b's: swapping b1 and a2 removes all cross-host traffic."""
-    d = Clavisd(load_config(write_setup(tmp_path, hosts=2, extra=_EXTRA)), SECRET)
+    d = Clavisd(load_config(write_setup(tmp_path, hosts=2, extra=_EXTRA)))
     d.ingestor.start()
     try:
         with TestClient(serve(d)) as client:

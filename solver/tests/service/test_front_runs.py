@@ -17,7 +17,7 @@ from clavis.service.api import serve
 from clavis.service.config import ConfigError, load_config
 from clavis.service.daemon import Clavisd
 
-from .helpers import SECRET, contended, login, store_rows, worked_front, write_setup
+from .helpers import contended, login, store_rows, worked_front, write_setup
 
 SMALL = {"population": 8, "generations": 4, "seed_time": 0, "seed": 3}
 
@@ -161,7 +161,7 @@ def test_the_ui_is_served_when_configured(tmp_path: Path) -> None:
     cfg = write_setup(tmp_path, extra=extra)
     text = cfg.read_text().replace("[server]\n", f'[server]\nui_dir = "{dist}"\n')
     cfg.write_text(text)
-    d = Clavisd(load_config(cfg), SECRET)
+    d = Clavisd(load_config(cfg))
     d.ingestor.start()
     try:
         with TestClient(serve(d)) as c:

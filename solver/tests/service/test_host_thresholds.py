@@ -16,7 +16,7 @@ from clavis.service.api import serve
 from clavis.service.config import load_config
 from clavis.service.daemon import Clavisd
 
-from .helpers import SECRET, container, login, post_report, report, write_setup
+from .helpers import container, login, post_report, report, write_setup
 
 # h1 a model with a high threshold, h2 one with a low threshold, h3 and h4 the default.
 THRESHOLDS = "[classify]\ndevil_threshold_mpki = 4.5\nhost_thresholds = { h1 = 12.0, h2 = 3.0 }\n"
@@ -27,7 +27,7 @@ def test_the_same_intensity_is_classified_by_each_hosts_threshold(
     tmp_path: Path, writer: str
 ) -> None:
     extra = f'{THRESHOLDS}[ingest]\nwriter = "{writer}"\n[repack]\ninterval_s = 0\n'
-    d = Clavisd(load_config(write_setup(tmp_path, extra=extra)), SECRET)
+    d = Clavisd(load_config(write_setup(tmp_path, extra=extra)))
     d.ingestor.start()
     try:
         with TestClient(serve(d)) as client:

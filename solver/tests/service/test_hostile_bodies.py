@@ -16,7 +16,7 @@ from clavis.service.api import serve
 from clavis.service.config import load_config
 from clavis.service.daemon import Clavisd
 
-from .helpers import SECRET, login, signed, write_setup
+from .helpers import login, signed, write_setup
 
 SECRET_WORD = "hunter2-correct-horse-battery"  # sent as a password: must never come back
 
@@ -53,7 +53,7 @@ BODIES: list[bytes] = [
 def app_and_admin(tmp_path: Path) -> Iterator[tuple[TestClient, dict[str, str]]]:
     extra = "[repack]\ninterval_s = 0\ntime_limit_s = 1\nworkers = 1\n" \
         '[migrator]\naddress = "127.0.0.1:9"\ntimeout_s = 0.5\n'  # fmt: skip
-    d = Clavisd(load_config(write_setup(tmp_path, extra=extra)), SECRET)
+    d = Clavisd(load_config(write_setup(tmp_path, extra=extra)))
     d.ingestor.start()
     with TestClient(serve(d), raise_server_exceptions=False) as c:
         yield c, login(c, "ada")

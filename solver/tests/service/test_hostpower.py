@@ -30,7 +30,7 @@ from clavis.service.hostpower import (
 )
 from clavis.service.hostpower_bmc import BmcError, BmcPasswordError, parse_status
 
-from .helpers import SECRET, container, login, post_report, report, write_setup
+from .helpers import container, login, post_report, report, write_setup
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "monitor" / "tests"))
 from monitor_tests.bmc import Bmc, free_udp_port
@@ -179,7 +179,7 @@ def test_empty_host_goes_to_standby_and_comes_back_on_request(
     _restart_with_password(h2)
     cfg = _setup(tmp_path, {"h1": f"127.0.0.1:{h1.port}", "h2": f"127.0.0.1:{h2.port}"},
                  h1.password_file, stay_on=["h2"])  # fmt: skip
-    d = Clavisd(load_config(cfg), SECRET)
+    d = Clavisd(load_config(cfg))
     assert d.host_power is not None
     hp = d.host_power
     d.ingestor.start()
@@ -251,7 +251,7 @@ def test_min_on_dwell_protects_hosts_after_a_restart(
 ) -> None:
     h1 = two_bmcs["h1"]
     cfg = _setup(tmp_path, {"h1": f"127.0.0.1:{h1.port}"}, h1.password_file, min_on_s=3600)
-    d = Clavisd(load_config(cfg), SECRET)
+    d = Clavisd(load_config(cfg))
     assert d.host_power is not None
     d.ingestor.start()  # stop() ends it
     try:
@@ -270,7 +270,7 @@ def test_bmc_that_does_not_answer_is_unknown_never_off(tmp_path: Path) -> None:
     b.password_file.write_text("not-a-real-password\n")
     b.password_file.chmod(0o600)
     cfg = _setup(tmp_path, {"h1": f"127.0.0.1:{free_udp_port()}"}, b.password_file)
-    d = Clavisd(load_config(cfg), SECRET)
+    d = Clavisd(load_config(cfg))
     assert d.host_power is not None
     hp = d.host_power
     d.ingestor.start()  # stop() ends it
@@ -294,7 +294,7 @@ def test_password_file_open_to_others_is_refused(tmp_path: Path, mode: int) -> N
     pw.chmod(mode)
     cfg = _setup(tmp_path, {"h1": "127.0.0.1:623"}, pw)
     with pytest.raises(BmcPasswordError, match=r"owner only \(chmod 600\)"):
-        Clavisd(load_config(cfg), SECRET)
+        Clavisd(load_config(cfg))
 
 
 def test_clavisd_refuses_a_world_readable_password_file_with_exit_2(
@@ -316,7 +316,7 @@ def test_config_refuses_bmcs_of_unknown_hosts_and_bad_addresses(tmp_path: Path) 
     with pytest.raises(ConfigError, match="not address:port"):
         load_config(_setup(tmp_path, {"h1": "127.0.0.1"}, pw))
     with pytest.raises(ConfigError, match="not in the cluster"):
-        Clavisd(load_config(_setup(tmp_path, {"nohost": "127.0.0.1:623"}, pw)), SECRET)
+        Clavisd(load_config(_setup(tmp_path, {"nohost": "127.0.0.1:623"}, pw)))
 
 
 @needs_sim
@@ -325,7 +325,7 @@ def test_bmc_back_after_an_outage_is_audited_once_each_way(
 ) -> None:
     h1 = two_bmcs["h1"]
     cfg = _setup(tmp_path, {"h1": f"127.0.0.1:{h1.port}"}, h1.password_file, min_on_s=3600)
-    d = Clavisd(load_config(cfg), SECRET)
+    d = Clavisd(load_config(cfg))
     assert d.host_power is not None
     hp = d.host_power
     d.ingestor.start()  # stop() ends it

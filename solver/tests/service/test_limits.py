@@ -24,7 +24,7 @@ from clavis_contracts.keys import AgentKey
 from clavis_monitor.config import ClavisdConfig, SpoolConfig
 from clavis_monitor.sender import Sender, Spool
 
-from .helpers import KEYS, PASSWORDS, SECRET, report, signed, write_setup
+from .helpers import KEYS, PASSWORDS, report, signed, write_setup
 from .process import Daemon, free_port
 
 _REST = '[ingest]\nwriter = "thread"\n[repack]\ninterval_s = 0\n'
@@ -43,7 +43,7 @@ def _setup(tmp: Path, port: int = 7780) -> Path:
 
 @pytest.fixture
 def small(tmp_path: Path) -> Iterator[TestClient]:
-    d = Clavisd(load_config(_setup(tmp_path)), SECRET)
+    d = Clavisd(load_config(_setup(tmp_path)))
     d.ingestor.start()
     try:
         with TestClient(serve(d)) as c:

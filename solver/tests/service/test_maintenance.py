@@ -17,7 +17,7 @@ from clavis.service.config import load_config
 from clavis.service.daemon import Clavisd
 from clavis.service.maintenance import Task, run_due, tick_s
 
-from .helpers import SECRET, write_setup
+from .helpers import write_setup
 
 
 def test_a_failing_task_costs_no_other_its_turn(caplog: pytest.LogCaptureFixture) -> None:
@@ -51,7 +51,7 @@ def broken_advice(tmp_path: Path) -> Iterator[Clavisd]:
         '[migrator]\naddress = "127.0.0.1:9"\ntimeout_s = 0.5\n' \
         "[retention]\nraw_s = 60\nkeep_s = 600\n"  # fmt: skip
     (tmp_path / "advice.json").mkdir()
-    d = Clavisd(load_config(write_setup(tmp_path, extra=extra)), SECRET)
+    d = Clavisd(load_config(write_setup(tmp_path, extra=extra)))
     d.ingestor.start()
     yield d
     d.stop()

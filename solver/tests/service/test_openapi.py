@@ -16,7 +16,7 @@ from clavis.service.api import serve
 from clavis.service.config import load_config
 from clavis.service.daemon import Clavisd
 
-from .helpers import SECRET, login, write_setup
+from .helpers import login, write_setup
 
 
 @pytest.fixture
@@ -24,7 +24,7 @@ def api_schema(tmp_path_factory: pytest.TempPathFactory) -> Iterator[schemathesi
     tmp: Path = tmp_path_factory.mktemp("openapi")
     extra = "[repack]\ninterval_s = 0\ntime_limit_s = 1\nworkers = 1\n" \
         '[migrator]\naddress = "127.0.0.1:9"\ntimeout_s = 0.5\n'  # fmt: skip
-    d = Clavisd(load_config(write_setup(tmp, extra=extra)), SECRET)
+    d = Clavisd(load_config(write_setup(tmp, extra=extra)))
     d.ingestor.start()
     app = serve(d)
     with TestClient(app) as c:

@@ -24,14 +24,14 @@ from clavis.service.config import load_config
 from clavis.service.daemon import Clavisd
 from clavis.service.repack import decide
 
-from .helpers import SECRET, contended, login, worked_front, write_setup
+from .helpers import contended, login, worked_front, write_setup
 
 
 @contextmanager
 def running(tmp_path: Path, repack: str = "") -> Iterator[tuple[Clavisd, TestClient]]:
     extra = f"[repack]\ninterval_s = 0\ntime_limit_s = 5\nworkers = 1\n{repack}" \
         '[migrator]\naddress = "127.0.0.1:9"\ntimeout_s = 1\n'  # fmt: skip
-    d = Clavisd(load_config(write_setup(tmp_path, extra=extra)), SECRET)
+    d = Clavisd(load_config(write_setup(tmp_path, extra=extra)))
     d.ingestor.start()
     try:
         with TestClient(serve(d)) as client:

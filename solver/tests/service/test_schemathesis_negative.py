@@ -1,6 +1,6 @@
 """Schemathesis' negative mode over clavisd's whole OpenAPI document (issue 15): bodies,
 paths and queries that break the schema on purpose, sent as an admin and, for the
-agents' report endpoint, signed with the agent secret (a signing hook: the body is
+agents' report endpoint, signed with a host's key (a signing hook: the body is
 serialised here so its signature covers the exact bytes sent). No server error anywhere."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from clavis.service.api import serve
 from clavis.service.config import load_config
 from clavis.service.daemon import Clavisd
 
-from .helpers import SECRET, login, signed, write_setup
+from .helpers import login, signed, write_setup
 
 EXAMPLES = 12
 REPORTS = "/api/v1/reports"
@@ -32,7 +32,7 @@ REPORTS = "/api/v1/reports"
 def api(tmp_path: Path) -> Iterator[tuple[schemathesis.BaseSchema, TestClient, dict[str, str]]]:
     extra = "[repack]\ninterval_s = 0\ntime_limit_s = 1\nworkers = 1\n" \
         '[migrator]\naddress = "127.0.0.1:9"\ntimeout_s = 0.5\n'  # fmt: skip
-    d = Clavisd(load_config(write_setup(tmp_path, extra=extra)), SECRET)
+    d = Clavisd(load_config(write_setup(tmp_path, extra=extra)))
     d.ingestor.start()
     app = serve(d)
     with TestClient(app, raise_server_exceptions=False) as client:

@@ -1,6 +1,6 @@
-"""The shared secret: clavisd (and `clavis repack`) refuse a secret file that group or
-others may use, or, when run as root, one that root does not own; and the secret never
-reaches clavisd's log, at debug level, through a run of signed requests both ways."""
+"""The keys: clavisd (and `clavis repack`) refuse a key file that group or others may
+use, or, when run as root, one that root does not own; and no key ever reaches clavisd's
+log, at debug level, through a run of signed requests both ways."""
 
 from __future__ import annotations
 
@@ -33,9 +33,7 @@ def _run(*argv: str) -> subprocess.CompletedProcess[str]:
 
 
 # Each private file, what its refusal calls it, and the commands that read it.
-_CLAVISD = ["clavisd"]
-_BOTH = ["clavisd", "repack"]
-_FILES = [("secret", "shared secret", _CLAVISD), ("agent-keys.toml", "key file", _BOTH)]
+_FILES = [("agent-keys.toml", "key file", ["clavisd", "repack"])]
 
 
 def _argv(which: str, cfg: Path) -> list[str]:

@@ -16,14 +16,14 @@ from clavis.service.auth import hash_password
 from clavis.service.config import load_config
 from clavis.service.daemon import Clavisd
 
-from .helpers import SECRET, login, write_setup
+from .helpers import login, write_setup
 
 _THREAD = '[ingest]\nwriter = "thread"\n[repack]\ninterval_s = 0\n'
 
 
 @contextmanager
 def running(cfg: Path) -> Iterator[TestClient]:
-    d = Clavisd(load_config(cfg), SECRET)
+    d = Clavisd(load_config(cfg))
     d.ingestor.start()
     try:
         with TestClient(serve(d)) as c:

@@ -172,6 +172,6 @@ def test_config_lists_every_problem(tmp_path: Path) -> None:
 
 
 def test_migrator_client_per_host_addresses() -> None:
-    c = MigratorClient(b"k" * 32, "{host}:7781", 1.0, {"r1h1": "10.213.1.11:7781"})
+    c = MigratorClient(lambda _: None, "{host}:7781", 1.0, {"r1h1": "10.213.1.11:7781"})
     assert c.address("r1h1") == "10.213.1.11:7781"
     assert c.address("r2h2") == "r2h2:7781"
