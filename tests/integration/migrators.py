@@ -66,10 +66,11 @@ class Agents:
         self.testbed, self.root, self.hook = testbed, root, hook
         self.precopy_rounds = precopy_rounds
         root.mkdir(parents=True, exist_ok=True)
-        # a key per host: clavisd's list (the client's) and each agent's own file
+        # a key per testbed host (a test may start an agent later, with start()):
+        # clavisd's list (the client's) and each agent's own file
         self.keys = root / "agent-keys.toml"
         entries = {h: f'[[keys]]\nid = "{h}-1"\nhost = "{h}"\nsecret = "{secrets.token_hex(32)}"\n'
-                   for h in hosts}  # fmt: skip
+                   for h in (x["name"] for x in testbed["hosts"])}  # fmt: skip
         for h, entry in entries.items():
             _private(root / f"{h}.key.toml", entry)
         _private(self.keys, "".join(entries.values()))
