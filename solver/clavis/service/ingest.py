@@ -57,6 +57,10 @@ class ClassBook:
     containers: dict[str, ClassState] = field(default_factory=dict)
     container_job: dict[str, str | None] = field(default_factory=dict)
     jobs: dict[str, Klass | None] = field(default_factory=dict)
+    # Each job's application as stored: a node migrated to another host is reported by
+    # that host's monitor, which saw no SPANK registration of the job (the job id comes
+    # from the cgroup scan, the application only from the registration).
+    job_apps: dict[str, str] = field(default_factory=dict)
     apps: dict[str, Klass] = field(default_factory=dict)
     job_members: dict[str, set[str]] = field(default_factory=dict)
     # Where each stored container is and the time of the sample that put it there, as in
@@ -97,6 +101,7 @@ class ClassBook:
             book.place(c["name"], c["host"], c["updated"])
         for j in store.jobs():
             book.jobs[j["name"]] = j["klass"]
+            book.job_apps[j["name"]] = j["app"]
         book.apps = {a: k for a, k in store.app_classes().items() if k in ("devil", "turtle")}  # type: ignore[misc]
         return book
 
@@ -160,7 +165,7 @@ def stage(batch: list[Accepted], book: ClassBook, cfg: ClassifyConfig) -> _Stage
             mpki = None if mpki is None else float(mpki)
             c_busy = float(c["busy_cores"])
             traffic = to_json({p["peer"]: float(p["bytes_per_s"]) for p in c.get("traffic", ())})
-            app = c.get("app") or job
+            app = c.get("app") or (book.job_apps.get(job) if job is not None else None) or job
             prev = out.states.get(name) or book.containers.get(name)
             if prev is None or book.container_job.get(name) != job:
                 # A new container, or a new job on it: start from the application's class.
@@ -289,6 +294,7 @@ class Ingestor:
             self.book.forget(name)
         for j in jobs:
             self.book.jobs[j["name"]] = j["klass"]
+            self.book.job_apps[j["name"]] = j["app"]
             if j["klass"] is not None:
                 self.book.apps[j["app"]] = j["klass"]
         self.stored += len(batch)
@@ -307,7 +313,8 @@ class Ingestor:
         rows = []
         for job, app in staged.touched_jobs.items():
             klass = job_class(members[job])
-            if job not in self.book.jobs or self.book.jobs[job] != klass:
+            if (job not in self.book.jobs or self.book.jobs[job] != klass
+                    or self.book.job_apps.get(job) != app):  # fmt: skip
                 rows.append({"name": job, "app": app, "klass": klass, "updated": time.time()})
         return rows
 

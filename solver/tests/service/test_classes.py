@@ -16,6 +16,7 @@ from sqlalchemy import create_engine, text
 from clavis.service import tables as t
 from clavis.service.advice import ADVICE_APPS_BYTES, applications
 from clavis.service.daemon import Clavisd
+from clavis.service.ingest import ClassBook
 from clavis.service.store import Store
 
 from .helpers import container, login, post_report, report
@@ -187,3 +188,26 @@ def test_the_advice_lists_the_newest_applications_that_fit() -> None:
     apps = applications(big)
     written = len(json.dumps([a.model_dump(mode="json") for a in apps]))
     assert 1000 < len(apps) < 20000 and ADVICE_APPS_BYTES * 0.9 < written <= ADVICE_APPS_BYTES
+
+
+def test_a_migrated_container_keeps_its_jobs_application(
+    client: TestClient, clavisd: Clavisd
+) -> None:
+    """The monitor of a node's new host saw no SPANK registration of its job (the job id
+    comes from its cgroup scan): the report has the job and no application. clavisd keeps
+    the application it stored for that job instead of filing the job under its id."""
+    now = time.time() - 20
+    on_h1 = container("n1", job="j7", mpki=30.0, app="1000:stream-triad")
+    for i in range(3):
+        r = post_report(client, report("h1", [on_h1], ts=now + i))
+        assert r.status_code == 202, r.text
+    moved = container("n1", job="j7", mpki=30.0)  # no "app": the new host's view
+    assert post_report(client, report("h1", [], ts=now + 4)).status_code == 202
+    assert post_report(client, report("h2", [moved], ts=now + 5)).status_code == 202
+    row = _containers(client)["n1"]
+    assert (row["host"], row["job"], row["app"]) == ("h2", "j7", "1000:stream-triad")
+    jobs = {j["name"]: j["app"] for j in Store(clavisd.config.store.url, time.time()).jobs()}
+    assert jobs["j7"] == "1000:stream-triad"
+    # a clavisd started again on the same store knows it too (ClassBook.load)
+    book = ClassBook.load(Store(clavisd.config.store.url, time.time()))
+    assert book.job_apps["j7"] == "1000:stream-triad"
