@@ -24,7 +24,11 @@ start a fresh one, and takes its own down at the end.
 
 from __future__ import annotations
 
+import os
 import re
+import signal
+import sqlite3
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -33,10 +37,11 @@ from typing import Any
 import pytest
 
 from . import tb
+from .migrators import running_on
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "deploy" / "testbed"))
 
-from ctb import demo
+from ctb import demo, placement
 
 pytestmark = [
     pytest.mark.integration,
@@ -163,8 +168,12 @@ def test_plan_applied_end_to_end(outcome: dict[str, Any]) -> None:
     assert len(devil_nodes) >= 2 and len({where[n] for n in devil_nodes}) == len(devil_nodes)
     mpi = m.jobs_before[next(j.id for j in out.jobs if j.tag == "mpi")]
     assert len(mpi) == 2 and where[mpi[0]] == where[mpi[1]], (where, m)
-    # clavisd saw each moved node reported by its new host's monitor
+    # clavisd saw each moved node reported by its new host's monitor, with its job's
+    # application although that monitor saw no registration of the job
     assert all(m.clavisd_hosts[n] == h for n, h in m.expected.items()), m.clavisd_hosts
+    app_of = {n: j.name for j in out.jobs for n in m.jobs_before.get(j.id, [])}
+    for n, row in m.moved_rows.items():
+        assert str(row["app"]).endswith(":" + app_of[n]), (n, row)
 
 
 def test_slurm_saw_nothing(outcome: dict[str, Any]) -> None:
@@ -201,3 +210,101 @@ def test_new_streaming_job_avoids_the_devil_hosts_unhinted(outcome: dict[str, An
     text = "\n".join(out.ctld_job_lines)
     assert "application 0:stream-triad remembered as devil" in text, text
     assert "placed on advised nodes" in text, text
+
+
+# The fault case "clavisd killed mid-step" (issue 14) on the demo's stack, after the
+# demo: its agents hold each step this long after the dump, so clavisd dies mid-step.
+PAUSE_S = 8
+PLAN_S = 240.0
+
+
+def _plan(st: dict[str, Any], plan_id: int) -> dict[str, Any]:
+    (p,) = demo.api(st, f"/plans/{plan_id}")
+    return dict(p)
+
+
+IN_FLIGHT = ("dispatched", "accepted", "running")
+
+
+def _steps_in_store(st: dict[str, Any], plan_id: int) -> list[tuple[str, str, str]]:
+    """(container, target, state) of the plan's steps as clavisd's store holds them
+    (read-only: clavisd is down when this is read)."""
+    store = st["stack"]["clavisd"]["store"]
+    with sqlite3.connect(f"file:{store}?mode=ro", uri=True, timeout=5) as db:
+        rows = db.execute("SELECT container, target, state FROM migration_steps WHERE plan = ?"
+                          " ORDER BY idx", (plan_id,)).fetchall()  # fmt: skip
+    return [(str(c), str(t), str(s)) for c, t, s in rows]
+
+
+def test_clavisd_killed_mid_step_finishes_its_plan_when_started_again(
+    outcome: dict[str, Any],
+) -> None:
+    """Two streaming jobs pinned to one host's nodes; clavisd plans them apart and is
+    killed (SIGKILL) while the first step is held on its source after the dump. The agent
+    finishes the step alone; clavisd started again on its store resumes the plan. Every
+    moved node then runs exactly once, on its target, where clavisd's plan and its
+    monitors' reports put it, and the jobs ran on through it all."""
+    st = demo.status()
+    assert st.get("stack") is not None, st.get("problems")
+    idle = set(demo.idle_nodes())
+    by_host: dict[str, list[str]] = {}
+    for n in demo.node_order():
+        if n in idle:
+            by_host.setdefault(placement.host_of(n), []).append(n)
+    pair = next((ns[:2] for ns in by_host.values() if len(ns) >= 2), None)
+    assert pair is not None, by_host
+    jobs = [demo.Job(f"crash-{i}", "stream-triad", "stream-triad", 1) for i in range(2)]
+    try:
+        for job, node in zip(jobs, pair, strict=True):
+            demo.submit(job, ["-w", node])
+        demo.wait_linked(st, jobs, demo.Outcome())
+        demo.wait_classes(st, jobs, demo.Outcome())
+        tb.tb("agents", "stop")
+        env = {**os.environ, "CLAVIS_MIGRATOR_PAUSE_AT": f"after-checkpoint:{PAUSE_S}"}
+        cp = subprocess.run([str(tb.CLI), "agents", "start"], capture_output=True, text=True,
+                            timeout=120, env=env, check=False)  # fmt: skip
+        assert cp.returncode == 0, cp.stderr
+
+        applied = demo.repack(st, apply=True)
+        assert applied["rc"] == 0 and applied["decision"] == "apply", applied
+        (plans,) = demo.api(st, "/plans")
+        plan_id = max(p["id"] for p in plans)
+        (clavisd,) = [d for d in st["stack"]["daemons"] if d["what"] == "clavisd"]
+        os.kill(int(clavisd["pid"]), signal.SIGKILL)
+        mid = _steps_in_store(st, plan_id)
+        # killed mid-step: clavisd's record has a step sent and not finished
+        flying = [(c, t) for c, t, s in mid if s in IN_FLIGHT]
+        assert flying, mid
+
+        # the agents go on alone: that step's node ends on its target, once
+        node, target = flying[0]
+        assert _until(lambda: running_on(st, node) == [target], PAUSE_S + 60), node
+        tb.tb("clavisd", "start")
+        assert _until(lambda: _plan(st, plan_id)["state"] in ("done", "failed"), PLAN_S)
+        plan = _plan(st, plan_id)
+        assert plan["state"] == "done", plan
+        assert all(s["state"] == "done" for s in plan["steps"]), plan
+        targets = {s["container"]: s["target"] for s in plan["steps"]}  # last step counts
+        for node, host in targets.items():
+            assert running_on(st, node) == [host], (node, host)
+            assert placement.host_of(node) == host
+
+        # clavisd's record matches: its monitors report each node on its new host
+        def hosts_seen() -> dict[str, str]:
+            (rows,) = demo.api(st, "/containers")
+            return {c["name"]: c["host"] for c in rows if c["name"] in targets}
+
+        assert _until(lambda: hosts_seen() == targets, 90), (hosts_seen(), targets)
+        for job, node in zip(jobs, pair, strict=True):
+            assert demo.job_nodes(job.id) == ("RUNNING", [node]), job
+    finally:
+        demo.cancel(jobs)
+
+
+def _until(pred: Any, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.5)
+    return bool(pred())

@@ -573,6 +573,14 @@ def cmd_agents(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_clavisd(_args: argparse.Namespace) -> int:
+    """Start the stack's clavisd again after it died, on the same store."""
+    st = _require_up()
+    c = stack.restart_clavisd(st)
+    _say(f"clavisd started again (pid {c.pid}) on {stack.STORE}")
+    return 0
+
+
 def cmd_powerd(_args: argparse.Namespace) -> int:
     st = load()
     if st is None:
@@ -636,6 +644,9 @@ def parser() -> argparse.ArgumentParser:
     ag = sub.add_parser("agents", help="stop or start the stack's clavis-migrator agents")
     ag.add_argument("action", choices=("stop", "start"))
     ag.set_defaults(func=cmd_agents)
+    cd = sub.add_parser("clavisd", help="start the stack's clavisd again after it died")
+    cd.add_argument("action", choices=("start",))
+    cd.set_defaults(func=cmd_clavisd)
     nm = sub.add_parser("node-moved", help="the migrators' network hook: restored NODE HOST")
     for a in ("what", "node", "host"):
         nm.add_argument(a)

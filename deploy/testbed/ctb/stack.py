@@ -331,14 +331,7 @@ def start(st: State, bmcs: dict[str, dict[str, Any]]) -> dict[str, str]:
     topo = st.topology
     passwords = write_clavisd_files(topo)
     write_monitor_topology(topo)
-    clavisd = spawn(
-        CLAVISD,
-        in_netns(topo.core_netns, [_program("clavisd"), "--config", str(CLAVISD_CONF)]),
-        paths.LOG / "clavisd.log",
-    )
-    st.processes.append(clavisd)
-    st.save()
-    _wait_health(topo, clavisd)
+    clavisd = _start_clavisd(st)
     monitors = []
     for h in topo.hosts():
         d = MONITORS / h.name
@@ -358,6 +351,32 @@ def start(st: State, bmcs: dict[str, dict[str, Any]]) -> dict[str, str]:
     migrators = agents.start(st, _program("clavis-migrator"), HOST_KEYS)
     wait_reports(topo, [clavisd, *monitors, *migrators])
     return passwords
+
+
+def _start_clavisd(st: State) -> Owned:
+    topo = st.topology
+    clavisd = spawn(
+        CLAVISD,
+        in_netns(topo.core_netns, [_program("clavisd"), "--config", str(CLAVISD_CONF)]),
+        paths.LOG / "clavisd.log",
+    )
+    st.processes.append(clavisd)
+    st.save()
+    _wait_health(topo, clavisd)
+    return clavisd
+
+
+def restart_clavisd(st: State) -> Owned:
+    """`clavis-testbed clavisd start`: clavisd again, on its own config and store, after
+    it died (a crash, an OOM kill): what a unit's Restart= does on a head node. The
+    restarted clavisd resumes the plans it had running (docs/clavisd.md)."""
+    if not running(st):
+        raise CommandError("the Clavis stack is not up (run `clavis-testbed up --stack`)")
+    old = next(p for p in st.processes if p.what == CLAVISD)
+    if old.alive():
+        raise CommandError(f"clavisd runs already (pid {old.pid})")
+    st.processes.remove(old)
+    return _start_clavisd(st)
 
 
 def start_agents(st: State) -> None:
