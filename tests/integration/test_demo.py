@@ -236,8 +236,9 @@ def _steps_in_store(st: dict[str, Any], plan_id: int) -> list[tuple[str, str, st
     return [(str(c), str(t), str(s)) for c, t, s in rows]
 
 
+@pytest.mark.parametrize("run", range(3))
 def test_clavisd_killed_mid_step_finishes_its_plan_when_started_again(
-    outcome: dict[str, Any],
+    outcome: dict[str, Any], run: int
 ) -> None:
     """Two streaming jobs pinned to one host's nodes; clavisd plans them apart and is
     killed (SIGKILL) while the first step is held on its source after the dump. The agent
@@ -253,7 +254,7 @@ def test_clavisd_killed_mid_step_finishes_its_plan_when_started_again(
             by_host.setdefault(placement.host_of(n), []).append(n)
     pair = next((ns[:2] for ns in by_host.values() if len(ns) >= 2), None)
     assert pair is not None, by_host
-    jobs = [demo.Job(f"crash-{i}", "stream-triad", "stream-triad", 1) for i in range(2)]
+    jobs = [demo.Job(f"crash{run}-{i}", "stream-triad", "stream-triad", 1) for i in range(2)]
     try:
         for job, node in zip(jobs, pair, strict=True):
             demo.submit(job, ["-w", node])
