@@ -267,7 +267,7 @@ def test_clavisd_killed_mid_step_finishes_its_plan_when_started_again(
         assert cp.returncode == 0, cp.stderr
 
         applied = demo.repack(st, apply=True)
-        assert applied["rc"] == 0 and applied["decision"] == "apply", applied
+        assert applied["rc"] == 0 and applied["decision"] == "planned", applied
         (plans,) = demo.api(st, "/plans")
         plan_id = max(p["id"] for p in plans)
         (clavisd,) = [d for d in st["stack"]["daemons"] if d["what"] == "clavisd"]
