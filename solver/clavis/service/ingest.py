@@ -61,6 +61,9 @@ class ClassBook:
     # that host's monitor, which saw no SPANK registration of the job (the job id comes
     # from the cgroup scan, the application only from the registration).
     job_apps: dict[str, str] = field(default_factory=dict)
+    # The user's --clavis-class of a job, for the same reason: it too comes only with
+    # the registration, and a moved node must keep it.
+    job_hints: dict[str, str] = field(default_factory=dict)
     apps: dict[str, Klass] = field(default_factory=dict)
     job_members: dict[str, set[str]] = field(default_factory=dict)
     # Where each stored container is and the time of the sample that put it there, as in
@@ -99,6 +102,8 @@ class ClassBook:
             book.containers[c["name"]] = ClassState(c["klass"], c["class_source"], c["votes"])
             book.set_job(c["name"], c["job"])
             book.place(c["name"], c["host"], c["updated"])
+            if c["job"] is not None and c["class_hint"] is not None:
+                book.job_hints[c["job"]] = c["class_hint"]
         for j in store.jobs():
             book.jobs[j["name"]] = j["klass"]
             book.job_apps[j["name"]] = j["app"]
@@ -166,6 +171,7 @@ def stage(batch: list[Accepted], book: ClassBook, cfg: ClassifyConfig) -> _Stage
             c_busy = float(c["busy_cores"])
             traffic = to_json({p["peer"]: float(p["bytes_per_s"]) for p in c.get("traffic", ())})
             app = c.get("app") or (book.job_apps.get(job) if job is not None else None) or job
+            hint = c.get("class_hint") or (book.job_hints.get(job) if job is not None else None)
             prev = out.states.get(name) or book.containers.get(name)
             if prev is None or book.container_job.get(name) != job:
                 # A new container, or a new job on it: start from the application's class.
@@ -187,8 +193,7 @@ def stage(batch: list[Accepted], book: ClassBook, cfg: ClassifyConfig) -> _Stage
             if row is None or row[_UPDATED] < ts:  # as the store's upsert: the newest wins
                 out.containers[name] = (
                     name, host, job, app, int(c["cores"]), int(c["memory_bytes"]), c_busy,
-                    mpki, state.klass, state.source, state.votes, traffic, ts,
-                    c.get("class_hint"),
+                    mpki, state.klass, state.source, state.votes, traffic, ts, hint,
                 )  # fmt: skip
             out.container_jobs[name] = job
     out.expired = _expired(latest, out.containers, book)
@@ -289,6 +294,8 @@ class Ingestor:
         for name, row in staged.containers.items():
             if name not in self.book.placed or self.book.placed[name][1] < row[_UPDATED]:
                 self.book.place(name, row[1], row[_UPDATED])
+            if row[2] is not None and row[_HINT] is not None:
+                self.book.job_hints[row[2]] = row[_HINT]
         for name, host, _ in staged.expired:
             log.info("container=%s host=%s no longer reported: removed", name, host)
             self.book.forget(name)
@@ -327,6 +334,7 @@ _CONTAINER = ("name", "host", "job", "app", "cores", "memory_bytes", "busy_cores
               "intensity_mpki", "klass", "class_source", "votes", "traffic", "updated",
               "class_hint")  # fmt: skip
 _UPDATED = _CONTAINER.index("updated")
+_HINT = _CONTAINER.index("class_hint")
 
 
 class _Statements:

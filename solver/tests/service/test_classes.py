@@ -98,12 +98,14 @@ def test_a_class_hint_is_stored_shown_and_overrides_the_measured_class(
     assert snap.workload is not None and snap.workload.jobs[0].containers[0].klass == "devil"
     adv = _advice(clavisd)
     assert (adv["n1"]["node_class"], adv["n1"]["contention"]) == ("devil", "ok")
-    # The next report without a hint (a new job, auto): the measured class again.
-    doc = report("h1", [_hinted("n1", None, 1.0, "1000:stream.sh")], ts=t0 + 9)
+    # The next job on the node, without a hint: the class the application's measurements
+    # taught (memory), not the last job's hint.
+    nxt = {**_hinted("n1", None, 1.0, "1000:stream.sh"), "job": "8"}
+    doc = report("h1", [nxt], ts=t0 + 9)
     assert post_report(client, doc).status_code == 202
     c = _containers(client)["n1"]
     assert (c["class_hint"], c["effective_class"], c["effective_source"]) == (
-        None, "turtle", "samples")  # fmt: skip
+        None, "turtle", "memory")  # fmt: skip
     assert _advice(clavisd)["n1"]["node_class"] == "turtle"
 
 
@@ -190,14 +192,16 @@ def test_the_advice_lists_the_newest_applications_that_fit() -> None:
     assert 1000 < len(apps) < 20000 and ADVICE_APPS_BYTES * 0.9 < written <= ADVICE_APPS_BYTES
 
 
-def test_a_migrated_container_keeps_its_jobs_application(
+def test_a_migrated_container_keeps_its_jobs_application_and_hint(
     client: TestClient, clavisd: Clavisd
 ) -> None:
     """The monitor of a node's new host saw no SPANK registration of its job (the job id
-    comes from its cgroup scan): the report has the job and no application. clavisd keeps
-    the application it stored for that job instead of filing the job under its id."""
+    comes from its cgroup scan): the report has the job and no application or class hint.
+    clavisd keeps what it stored for that job instead of filing the job under its id and
+    dropping the user's --clavis-class."""
     now = time.time() - 20
-    on_h1 = container("n1", job="j7", mpki=30.0, app="1000:stream-triad")
+    on_h1 = _hinted("n1", "turtle", 30.0, "1000:stream-triad")
+    on_h1["job"] = "j7"
     for i in range(3):
         r = post_report(client, report("h1", [on_h1], ts=now + i))
         assert r.status_code == 202, r.text
@@ -206,8 +210,14 @@ def test_a_migrated_container_keeps_its_jobs_application(
     assert post_report(client, report("h2", [moved], ts=now + 5)).status_code == 202
     row = _containers(client)["n1"]
     assert (row["host"], row["job"], row["app"]) == ("h2", "j7", "1000:stream-triad")
+    assert (row["class_hint"], row["effective_class"]) == ("turtle", "turtle")
     jobs = {j["name"]: j["app"] for j in Store(clavisd.config.store.url, time.time()).jobs()}
     assert jobs["j7"] == "1000:stream-triad"
     # a clavisd started again on the same store knows it too (ClassBook.load)
     book = ClassBook.load(Store(clavisd.config.store.url, time.time()))
-    assert book.job_apps["j7"] == "1000:stream-triad"
+    assert book.job_apps["j7"] == "1000:stream-triad" and book.job_hints["j7"] == "turtle"
+    # another job on the node: neither is carried over
+    other = container("n1", job="j8", mpki=30.0)
+    assert post_report(client, report("h2", [other], ts=now + 6)).status_code == 202
+    row = _containers(client)["n1"]
+    assert (row["job"], row["app"], row["class_hint"]) == ("j8", "j8", None)
