@@ -37,7 +37,7 @@ from typing import Any
 import pytest
 
 from . import tb
-from .migrators import running_on
+from .migrators import running_on, wait_until
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "deploy" / "testbed"))
 
@@ -279,9 +279,9 @@ def test_clavisd_killed_mid_step_finishes_its_plan_when_started_again(
 
         # the agents go on alone: that step's node ends on its target, once
         node, target = flying[0]
-        assert _until(lambda: running_on(st, node) == [target], PAUSE_S + 60), node
+        assert wait_until(lambda: running_on(st, node) == [target], PAUSE_S + 60), node
         tb.tb("clavisd", "start")
-        assert _until(lambda: _plan(st, plan_id)["state"] in ("done", "failed"), PLAN_S)
+        assert wait_until(lambda: _plan(st, plan_id)["state"] in ("done", "failed"), PLAN_S)
         plan = _plan(st, plan_id)
         assert plan["state"] == "done", plan
         assert all(s["state"] == "done" for s in plan["steps"]), plan
@@ -295,17 +295,8 @@ def test_clavisd_killed_mid_step_finishes_its_plan_when_started_again(
             (rows,) = demo.api(st, "/containers")
             return {c["name"]: c["host"] for c in rows if c["name"] in targets}
 
-        assert _until(lambda: hosts_seen() == targets, 90), (hosts_seen(), targets)
+        assert wait_until(lambda: hosts_seen() == targets, 90), (hosts_seen(), targets)
         for job, node in zip(jobs, pair, strict=True):
             assert demo.job_nodes(job.id) == ("RUNNING", [node]), job
     finally:
         demo.cancel(jobs)
-
-
-def _until(pred: Any, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.5)
-    return bool(pred())

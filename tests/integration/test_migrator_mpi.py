@@ -8,15 +8,21 @@ from __future__ import annotations
 
 import re
 import subprocess
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from . import tb
-from .migrators import Agents, lxc_state, no_images_left, running_on, send_home, step
+from .migrators import (
+    Agents,
+    lxc_state,
+    no_images_left,
+    running_on,
+    send_home,
+    step,
+    wait_until,
+)
 
 pytestmark = [
     pytest.mark.integration,
@@ -28,15 +34,6 @@ HOOK = str(tb.REPO / "deploy" / "testbed" / "route-follow")
 MOVED = "r1h1c2"  # 10.213.1.102 on r1h1: the batch host, which runs mpiexec
 OTHER = "r1h2c1"
 ROUNDS, BYTES, PAUSE_MS = 220, 65536, 100  # about 25 s of ring
-
-
-def _wait(pred: Callable[[], bool], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.2)
-    return bool(pred())
 
 
 def _rounds(f: Path) -> int:
@@ -74,7 +71,7 @@ def test_an_mpi_ring_runs_on_while_its_node_moves_to_the_other_rack(
     job = ""
     try:
         job, progress, out = _submit(Path(testbed["shared_dir"]))
-        assert _wait(lambda: _rounds(progress) >= 20, 60), (
+        assert wait_until(lambda: _rounds(progress) >= 20, 60), (
             tb.slurm(["squeue"]),
             out.read_text() if out.exists() else "",
         )
@@ -89,7 +86,7 @@ def test_an_mpi_ring_runs_on_while_its_node_moves_to_the_other_rack(
         assert before < ROUNDS, "the ring ended before the move: make it longer"
         # the container runs once, on the target, and the ring goes on across the racks
         assert running_on(testbed, MOVED) == ["r2h1"]
-        assert _wait(lambda: _rounds(progress) >= before + 20, 30), (
+        assert wait_until(lambda: _rounds(progress) >= before + 20, 30), (
             "the ring stopped after the move",
             _rounds(progress),
             a.log("r2h1"),
@@ -100,7 +97,7 @@ def test_an_mpi_ring_runs_on_while_its_node_moves_to_the_other_rack(
             assert "DOWN" not in node and "DRAIN" not in node, node
 
         # the right result, exit 0, one uninterrupted run in accounting
-        assert _wait(lambda: out.exists() and "mpiexec_rc=" in out.read_text(), 120), (
+        assert wait_until(lambda: out.exists() and "mpiexec_rc=" in out.read_text(), 120), (
             _rounds(progress),
             tb.slurm(["squeue"]),
         )
@@ -109,7 +106,7 @@ def test_an_mpi_ring_runs_on_while_its_node_moves_to_the_other_rack(
         assert f"ring={total} expect={total} rounds={ROUNDS} bad=0 ok" in text, text
         assert re.search(r"^mpiexec_rc=0$", text, re.M), text
         assert [int(x) for x in progress.read_text().split()] == list(range(1, ROUNDS + 1))
-        assert _wait(
+        assert wait_until(
             lambda: (
                 tb.slurm(["sacct", "-n", "-X", "-D", "-j", job, "-o", "State,ExitCode"]).split()
                 == ["COMPLETED", "0:0"]
