@@ -1,10 +1,12 @@
 """CP-SAT placement (thesis §5.5.2 Solver2D, as a constraint model instead of Choco B&B).
 
-The solve in turns: a warm start, then CP-SAT on the rack model (rackmodel.py) or on the
-per-host model (perhost.py: ``cpsat`` symmetric, ``plain`` boolean), then the rack bound.
+The solve in turns: a warm start, then CP-SAT on the rack model (rackmodel.py) or, when
+the instance has no rack problem, the pool turn (pool.py: joint P-D bound and a placement
+rounded from it, regroup.py) and CP-SAT on the per-host model (perhost.py: ``cpsat``
+symmetric, ``plain`` boolean), then the rack bound.
 The objective is F from :mod:`clavis.objectives` (same bounds, same weights); every
 answer is decoded and re-scored by that evaluator, and its bound is the best of CP-SAT's,
-the rack bound and the relaxation bounds of lower.py.
+the rack bound, the pool bound and the relaxation bounds of lower.py.
 
 Every turn keeps one :class:`~clavis.placement.guard.Guard` (deadline and memory
 budget): a model that its size estimate says cannot be built in the time or memory left
@@ -25,11 +27,21 @@ from ortools.sat.python import cp_model
 from clavis.instance import Assignment, Instance
 from clavis.objectives import Bounds, Score, Weights, bounds, score, violations
 from clavis.placement import bound as rack
-from clavis.placement import calming, estimate, fathom, hostlns, lower, racklns, rackmodel
+from clavis.placement import (
+    calming,
+    estimate,
+    fathom,
+    hostlns,
+    lower,
+    pool,
+    racklns,
+    rackmodel,
+)
 from clavis.placement.baselines import corerr, noderr
 from clavis.placement.guard import GIB, Guard, LimitReachedError, Watchdog
 from clavis.placement.hints import complete_hint
 from clavis.placement.perhost import CpVars, build_model, canonical, decode
+from clavis.placement.regroup import regroup
 from clavis.placement.result import (
     PlacementResult,
     SolveOptions,
@@ -72,6 +84,12 @@ MIN_HOST_SEARCH_SECONDS = 0.2
 WARM_SHARE = 0.2
 # The calming pass (calming.py) after the warm start ends by this share of the budget.
 CALM_SHARE = 0.3
+# The pool turn (pool.py: joint P-D bound by column generation, and a placement rounded
+# from it) ends by this share of the budget, on instances without a rack problem.
+POOL_END_SHARE = 0.5
+# Exchanging alike hosts' contents to bring jobs into racks (regroup.py) after it ends by
+# this share.
+REGROUP_END_SHARE = 0.6
 # A per-host model is built only if its estimated build time is within this share of
 # the time left (the rest is CP-SAT's search); plain, which has no other answer than
 # its start, is refused when it is not.
@@ -372,6 +390,39 @@ def _host_search(
     return best
 
 
+def _pool_turn(
+    inst: Instance,
+    weights: Weights,
+    options: SolveOptions,
+    *,
+    limits: Bounds,
+    floor: float,
+    hint: Assignment | None,
+    start: Score | None,
+    watch: Stopwatch,
+) -> tuple[float, Assignment | None, Score | None]:
+    """The pool bound (pool.py) raises the floor, and its rounded placement replaces the
+    hint when it scores better. Seeded with the hint's own patterns."""
+    pb = pool.prepare(inst, weights, limits)
+    if pb is None:
+        return floor, hint, start
+    seeds = pool.seed_columns(pb, inst, hint) if hint is not None else None
+    deadline = time.monotonic() + options.time_limit * POOL_END_SHARE - watch.elapsed
+    answer = pool.solve(pb, deadline, seeds)
+    floor = max(floor, answer.bound)
+    until = time.monotonic() + options.time_limit * REGROUP_END_SHARE - watch.elapsed
+    rounded = pool.round_placement(inst, pb, answer, until)
+    if rounded is not None:
+        (_k_p, _k_d, k_c, k_m), _ = limits.linear(weights)
+        rounded = regroup(inst, rounded, k_c=k_c, k_m=k_m, deadline=until)
+    if rounded is not None and not violations(inst, rounded):
+        got = score(inst, rounded, weights, limits)
+        if start is None or got.F < start.F:
+            watch.offer(got.F, floor)
+            return floor, rounded, got
+    return floor, hint, start
+
+
 def _proves(bound: float, f: float) -> bool:
     return bound >= f - 1e-9 * max(1.0, f)
 
@@ -414,6 +465,10 @@ def solve(
     if start is not None:
         watch.offer(start.F)
     racks = rack.prepare(inst, weights, limits) if symmetric else None
+    if symmetric and racks is None and not options.deterministic:
+        floor, hint, start = _pool_turn(
+            inst, weights, options, limits=limits, floor=floor, hint=hint, start=start, watch=watch
+        )
     # F itself as rack configurations (M and drained hosts kept) for the rack turns.
     exact = racks
     if racks is not None and rackmodel.needs_exact(inst):

@@ -1,0 +1,602 @@
+"""The cluster as a pool of host types: a joint bound on P and D, and a placement rounded
+from it (issue 12).
+
+The rack bound (bound.py) lists every pattern a host can run, which stops at a few
+thousand per host class: real snapshots (hundreds of jobs, 2-, 4- and 8-core containers)
+never get it, and the relaxations of lower.py price P and D nearly apart, so at 1,024
+hosts the proven gap stayed near 30%. This bound joins P and D as the thesis's elaborate
+bounding does (§5.5.2), for the whole cluster instead of one rack:
+
+* A *pattern* is what one host runs: a count per container group (job, cores, class).
+  Its watts follow from it (switch-on plus slope per busy core), and so does whether it
+  is *calm* (at most one devil container, or devil cores within the host's tolerance).
+* Choosing how many hosts of each type run each pattern, every container covered once,
+  is the placement problem without racks. The straggler rule is kept in its linear
+  relaxation: job j lags by a share y_j in [0, 1], its devils on contended patterns are
+  at most y_j times their count, and D is the sum of y_j times its devil cores.
+* Column generation solves the linear relaxation. The pricing problem (the best pattern
+  of one host type for given duals) is a knapsack over a host's cores, solved exactly by
+  dynamic programming over the few container sizes. Every round gives a valid Lagrangian
+  bound (Farley), so a budget that runs out still leaves a correct one.
+
+C is bounded apart (lower.traffic_floor) and M is at least 0, so adding them keeps a lower
+bound on F. Down hosts run nothing; a drained host counts as a host of its residents'
+cores that may run anything, which only enlarges the feasible set.
+
+On realistic snapshots the relaxation's job shares come out whole (y_j is 0 or 1), and its
+patterns say how to place: pack the lagging jobs' devils densely on a few large hosts and
+give every other devil a calm host filled with turtles. ``round_placement`` turns the
+last restricted master's answer into a placement the host search then polishes.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+from ortools.linear_solver import linear_solver_pb2, pywraplp
+
+from clavis.instance import Assignment, Instance
+from clavis.objectives import Bounds, Weights
+from clavis.placement.lower import _capacities, traffic_floor
+
+# Cost of an uncovered container in the restricted master: F spans about 1, so no
+# container is worth more. The Lagrangian bound stays valid whatever it is.
+BIG = 10.0
+EPS = 1e-9
+ONE_DEVIL_COLUMNS = 4  # calm columns per host type and round built around one devil group
+MAX_ROUNDS = 2000  # column generation rounds at most, whatever the time limit
+
+
+@dataclass(frozen=True)
+class HostType:
+    """Usable hosts alike in everything P and D see; ``hosts`` lists them."""
+
+    cores: int
+    tolerance: int
+    switch_on: float  # idle - empty watts
+    slope: float
+    hosts: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class PoolGroup:
+    """Containers of one job with one size and class: interchangeable for P and D."""
+
+    job: int
+    cores: int
+    devil: bool
+    members: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class PoolProblem:
+    types: tuple[HostType, ...]
+    groups: tuple[PoolGroup, ...]
+    devil_jobs: tuple[int, ...]  # the job of each straggler share y
+    job_devil_cores: tuple[int, ...]  # its devil cores
+    k_p: float
+    k_d: float
+    constant: float  # F's offset, every host's empty watts and the C floor, weighted
+
+
+@dataclass(frozen=True)
+class PoolColumn:
+    host_type: int
+    counts: tuple[int, ...]  # per group
+    calm: bool
+    cost: float  # weighted watts above empty
+
+
+@dataclass(frozen=True)
+class PoolAnswer:
+    bound: float  # lower bound on F (-inf if no round finished)
+    lp: float | None  # last restricted master's value on F's scale
+    rounds: int
+    columns: tuple[PoolColumn, ...]
+    x: tuple[float, ...]  # the last master's value per column
+    lagging: frozenset[int]  # jobs whose share y is above one half there
+    converged: bool
+
+
+def prepare(inst: Instance, weights: Weights, limits: Bounds) -> PoolProblem | None:
+    """The pool problem of an instance; None when nothing can run."""
+    usable = _capacities(inst)
+    if not inst.containers or not usable:
+        return None
+    (k_p, k_d, k_c, _k_m), offset = limits.linear(weights)
+    kinds: dict[tuple[int, int, float, float], list[int]] = defaultdict(list)
+    for hi, cap in usable:
+        h = inst.hosts[hi]
+        kinds[(cap, min(h.devil_tolerance, cap), h.idle_w - h.empty_w, h.slope_w)].append(hi)
+    types = tuple(HostType(c, t, s, r, tuple(hs)) for (c, t, s, r), hs in sorted(kinds.items()))
+    members: dict[tuple[int, int, bool], list[int]] = defaultdict(list)
+    for ci, c in enumerate(inst.containers):
+        members[(c.job, c.cores, c.devil)].append(ci)
+    groups = tuple(PoolGroup(j, n, d, tuple(ms)) for (j, n, d), ms in sorted(members.items()))
+    devil_cores: dict[int, int] = defaultdict(int)
+    for g in groups:
+        if g.devil:
+            devil_cores[g.job] += g.cores * len(g.members)
+    jobs = tuple(sorted(devil_cores))
+    constant = offset + k_p * sum(h.empty_w for h in inst.hosts) + k_c * traffic_floor(inst)
+    return PoolProblem(types, groups, jobs, tuple(devil_cores[j] for j in jobs), k_p, k_d, constant)
+
+
+# --- pricing: the best patterns of one host type ---------------------------------------
+
+
+@dataclass(frozen=True)
+class _Knapsack:
+    """Most value within c cores, for every c up to a room, of copies of items that come
+    in a few sizes (containers: 2, 4, 8 cores). Per size the copies are taken most
+    valuable first, so a dynamic programme over sizes and copy counts is exact."""
+
+    best: np.ndarray  # per capacity
+    takes: tuple[np.ndarray, ...]  # per size: copies of it taken at each capacity
+    sizes: tuple[int, ...]
+    items: tuple[tuple[tuple[float, int, int], ...], ...]  # per size: (value, copies, group)
+
+    @classmethod
+    def of(cls, items: list[tuple[float, int, int, int]], room: int) -> _Knapsack:
+        """items: (value, cores, copies, group); only positive values are worth taking."""
+        per: dict[int, list[tuple[float, int, int]]] = defaultdict(list)
+        for value, cores, copies, gi in items:
+            if value > EPS and 0 < cores <= room:
+                per[cores].append((value, copies, gi))
+        sizes = tuple(sorted(per))
+        lists = tuple(tuple(sorted(per[s], key=lambda t: -t[0])) for s in sizes)
+        best = np.zeros(room + 1)
+        takes = []
+        for s, ranked in zip(sizes, lists, strict=True):
+            most = room // s
+            prefix = [0.0]
+            for value, copies, _gi in ranked:
+                for _ in range(min(copies, most + 1 - len(prefix))):
+                    prefix.append(prefix[-1] + value)
+            new = best.copy()
+            take = np.zeros(room + 1, dtype=np.int64)
+            for k in range(1, len(prefix)):
+                shifted = np.full(room + 1, -np.inf)
+                shifted[k * s :] = best[: room + 1 - k * s] + prefix[k]
+                better = shifted > new + EPS
+                new = np.where(better, shifted, new)
+                take = np.where(better, k, take)
+            best = new
+            takes.append(take)
+        return cls(best, tuple(takes), sizes, lists)
+
+    def pick(self, cap: int, counts: list[int]) -> None:
+        """Adds the copies behind best[cap] to counts (per group)."""
+        for step in range(len(self.sizes) - 1, -1, -1):
+            k = int(self.takes[step][cap])
+            cap -= k * self.sizes[step]
+            for _value, copies, gi in self.items[step]:
+                if k <= 0:
+                    break
+                n = min(copies, k)
+                counts[gi] += n
+                k -= n
+
+
+def _price(
+    pb: PoolProblem, t: int, pi: np.ndarray, lam: np.ndarray
+) -> list[tuple[float, PoolColumn]]:
+    """Columns of host type t with their reduced costs: the best contended pattern, the
+    best calm one, and the best calm ones around a single devil of a few groups."""
+    ht = pb.types[t]
+    cap, tol = ht.cores, ht.tolerance
+    turtles, calm, contended = [], [], []
+    for gi, g in enumerate(pb.groups):
+        if g.cores > cap:
+            continue
+        v = float(pi[gi]) - pb.k_p * ht.slope * g.cores
+        item = (v, g.cores, len(g.members), gi)
+        if g.devil:
+            calm.append(item)
+            contended.append((v - float(lam[gi]), g.cores, len(g.members), gi))
+        else:
+            turtles.append(item)
+    turtle = _Knapsack.of(turtles, cap)
+    picks: list[tuple[float, list[int], bool]] = []
+    # Calm with devils within the tolerance (none at all included).
+    within = _Knapsack.of(calm, tol)
+    d = max(range(tol + 1), key=lambda d: float(within.best[d] + turtle.best[cap - d]))
+    counts = [0] * len(pb.groups)
+    within.pick(d, counts)
+    turtle.pick(cap - d, counts)
+    picks.append((float(within.best[d] + turtle.best[cap - d]), counts, True))
+    # Calm with one devil container above the tolerance, for the best few groups.
+    ones = sorted(((v + float(turtle.best[cap - c]), gi) for v, c, _n, gi in calm), reverse=True)
+    for value, gi in ones[:ONE_DEVIL_COLUMNS]:
+        counts = [0] * len(pb.groups)
+        counts[gi] = 1
+        turtle.pick(cap - pb.groups[gi].cores, counts)
+        picks.append((value, counts, True))
+    # Contended: anything that fits, devils charged their straggler dual.
+    everything = _Knapsack.of(turtles + contended, cap)
+    counts = [0] * len(pb.groups)
+    everything.pick(cap, counts)
+    picks.append((float(everything.best[cap]), counts, False))
+    out = []
+    for value, counts, is_calm in picks:
+        if any(counts):
+            col = _column(pb, t, counts, calm=is_calm)
+            out.append((pb.k_p * ht.switch_on - value, col))
+    return out
+
+
+def _column(pb: PoolProblem, t: int, counts: list[int], *, calm: bool) -> PoolColumn:
+    ht = pb.types[t]
+    busy = sum(n * pb.groups[gi].cores for gi, n in enumerate(counts) if n)
+    return PoolColumn(t, tuple(counts), calm, pb.k_p * (ht.switch_on + ht.slope * busy))
+
+
+# --- the restricted master -------------------------------------------------------------
+
+
+class _Master:
+    """The restricted master LP, kept in one GLOP model that grows by columns and
+    re-solves from its last basis: columns, a share y per devil job and an uncovered
+    slack per group (cost BIG) under cover rows (=), at most the hosts of each type, and
+    per devil group its copies on contended columns within y times its size."""
+
+    def __init__(self, pb: PoolProblem) -> None:
+        self.pb = pb
+        lp = pywraplp.Solver.CreateSolver("GLOP")
+        if lp is None:
+            raise RuntimeError("OR-Tools was built without GLOP")
+        self.lp = lp
+        inf = lp.infinity()
+        self.cover = [lp.Constraint(len(g.members), len(g.members)) for g in pb.groups]
+        self.count = [lp.Constraint(-inf, len(ht.hosts)) for ht in pb.types]
+        self.straggle = {gi: lp.Constraint(-inf, 0.0) for gi, g in enumerate(pb.groups) if g.devil}
+        objective = lp.Objective()
+        objective.SetMinimization()
+        self.y = []
+        job_groups: dict[int, list[int]] = defaultdict(list)
+        for gi in self.straggle:
+            job_groups[pb.groups[gi].job].append(gi)
+        for j, dc in zip(pb.devil_jobs, pb.job_devil_cores, strict=True):
+            y = lp.NumVar(0.0, 1.0, "")
+            objective.SetCoefficient(y, pb.k_d * dc)
+            for gi in job_groups[j]:
+                self.straggle[gi].SetCoefficient(y, -float(len(pb.groups[gi].members)))
+            self.y.append(y)
+        for gi in range(len(pb.groups)):
+            slack = lp.NumVar(0.0, inf, "")
+            objective.SetCoefficient(slack, BIG)
+            self.cover[gi].SetCoefficient(slack, 1.0)
+        self.objective = objective
+        self.columns: list[PoolColumn] = []
+        self.x: list[pywraplp.Variable] = []
+
+    def add(self, col: PoolColumn) -> None:
+        var = self.lp.NumVar(0.0, self.lp.infinity(), "")
+        self.objective.SetCoefficient(var, col.cost)
+        self.count[col.host_type].SetCoefficient(var, 1.0)
+        for gi, n in enumerate(col.counts):
+            if n:
+                self.cover[gi].SetCoefficient(var, float(n))
+                if not col.calm and gi in self.straggle:
+                    self.straggle[gi].SetCoefficient(var, float(n))
+        self.columns.append(col)
+        self.x.append(var)
+
+    def solve(self, deadline: float) -> _Solved | None:
+        """The master's answer (read in one call: adding a column invalidates it); None
+        if GLOP did not finish by the deadline."""
+        self.lp.SetTimeLimit(max(1, int((deadline - time.monotonic()) * 1000)))
+        if self.lp.Solve() != pywraplp.Solver.OPTIMAL:
+            return None
+        response = linear_solver_pb2.MPSolutionResponse()
+        self.lp.FillSolutionResponseProto(response)
+        values = np.asarray(response.variable_value)
+        duals = np.asarray(response.dual_value)
+        ng, nt, nj = len(self.pb.groups), len(self.pb.types), len(self.y)
+        lam = np.zeros(ng)
+        for r, gi in enumerate(self.straggle):
+            lam[gi] = max(0.0, -float(duals[ng + nt + r]))
+        first = nj + ng  # variables: y, slacks, then columns in order
+        return _Solved(
+            self.objective.Value(),
+            duals[:ng].copy(),
+            lam,
+            duals[ng : ng + nt].copy(),
+            values[first:].copy(),
+            values[:nj],
+        )
+
+
+@dataclass(frozen=True)
+class _Solved:
+    value: float
+    pi: np.ndarray  # cover duals
+    lam: np.ndarray  # straggler duals, >= 0 per group (0 for turtles)
+    rho: np.ndarray  # host count duals, <= 0 per type
+    x: np.ndarray  # per column
+    y: np.ndarray  # per devil job
+
+
+def _lagrangian(pb: PoolProblem, pi: np.ndarray, lam: np.ndarray, best_rc: list[float]) -> float:
+    """A lower bound valid for any duals pi and lambda >= 0 (cover and straggler rows
+    relaxed; the host counts per type and y in [0, 1] kept), given each type's least
+    reduced cost of a pattern without its count dual."""
+    if np.any(pi > BIG + EPS):  # an uncovered container would pay off: no bound
+        return -math.inf
+    value = float(np.dot(pi, [len(g.members) for g in pb.groups]))
+    value += sum(len(ht.hosts) * min(0.0, rc) for ht, rc in zip(pb.types, best_rc, strict=True))
+    per_job: dict[int, float] = defaultdict(float)
+    for gi, g in enumerate(pb.groups):
+        if g.devil:
+            per_job[g.job] += float(lam[gi]) * len(g.members)
+    for j, dc in zip(pb.devil_jobs, pb.job_devil_cores, strict=True):
+        value += min(0.0, pb.k_d * dc - per_job[j])
+    return value
+
+
+SMOOTHING = 0.6  # weight of the best bound's duals in the pricing point (Wentges)
+
+
+def _between(
+    center: tuple[np.ndarray, np.ndarray], out: tuple[np.ndarray, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
+    a = SMOOTHING
+    return a * center[0] + (1 - a) * out[0], a * center[1] + (1 - a) * out[1]
+
+
+def _enters(pb: PoolProblem, col: PoolColumn, last: _Solved | None) -> bool:
+    """Whether the column has a negative reduced cost at the master's own duals."""
+    if last is None:
+        return True
+    counts = np.asarray(col.counts, dtype=float)
+    rc = col.cost - float(counts @ last.pi) - float(last.rho[col.host_type])
+    if not col.calm:
+        rc += float(counts @ last.lam)
+    return rc < -EPS
+
+
+def seed_columns(pb: PoolProblem, inst: Instance, assignment: Assignment) -> list[PoolColumn]:
+    """The patterns a placement runs (one column per distinct host content): the master
+    starts from a feasible answer, so its first duals already mean something."""
+    group_of = {ci: gi for gi, g in enumerate(pb.groups) for ci in g.members}
+    type_of = {hi: t for t, ht in enumerate(pb.types) for hi in ht.hosts}
+    per_host: dict[int, list[int]] = defaultdict(lambda: [0] * len(pb.groups))
+    for ci, hi in enumerate(assignment):
+        per_host[hi][group_of[ci]] += 1
+    out: dict[tuple[int, tuple[int, ...]], PoolColumn] = {}
+    for hi, counts in per_host.items():
+        t = type_of.get(hi)
+        if t is None:
+            continue
+        cores = sum(n * pb.groups[gi].cores for gi, n in enumerate(counts))
+        if cores > pb.types[t].cores:
+            continue
+        key = (t, tuple(counts))
+        if key not in out:
+            calm = _calm(pb, t, counts)
+            out[key] = _column(pb, t, counts, calm=calm)
+    return list(out.values())
+
+
+def _calm(pb: PoolProblem, t: int, counts: list[int]) -> bool:
+    devils = sum(n for gi, n in enumerate(counts) if pb.groups[gi].devil)
+    cores = sum(n * pb.groups[gi].cores for gi, n in enumerate(counts) if pb.groups[gi].devil)
+    return devils <= 1 or cores <= pb.types[t].tolerance
+
+
+def solve(pb: PoolProblem, deadline: float, seeds: list[PoolColumn] | None = None) -> PoolAnswer:
+    """Column generation until no pattern prices out or the deadline (time.monotonic)."""
+    master = _Master(pb)
+    seen: set[tuple[int, tuple[int, ...], bool]] = set()
+    for col in seeds or []:
+        key = (col.host_type, col.counts, col.calm)
+        if key not in seen:
+            seen.add(key)
+            master.add(col)
+    best, rounds, converged = -math.inf, 0, False
+    last: _Solved | None = None
+    center: tuple[np.ndarray, np.ndarray] | None = None  # duals of the best bound so far
+    while rounds < MAX_ROUNDS and time.monotonic() < deadline:
+        rounds += 1
+        if master.columns:
+            got = master.solve(deadline)
+            if got is None:
+                break
+            last = got
+        if last is None:
+            out = (np.full(len(pb.groups), BIG), np.zeros(len(pb.groups)))
+        else:
+            out = (last.pi, last.lam)
+        # Wentges smoothing: price at a point between the master's duals and those of
+        # the best bound so far, which damps the duals' swings; if that finds no column
+        # the master's duals would take (a mispricing), price at the master's own.
+        tries = [out] if center is None else [_between(center, out), out]
+        added = 0
+        for pi, lam in tries:
+            best_rc = []
+            for t in range(len(pb.types)):
+                priced = _price(pb, t, pi, lam)
+                best_rc.append(min((rc for rc, _ in priced), default=0.0))
+                for _rc, col in priced:
+                    key = (col.host_type, col.counts, col.calm)
+                    if key not in seen and _enters(pb, col, last):
+                        seen.add(key)
+                        master.add(col)
+                        added += 1
+            bound = _lagrangian(pb, pi, lam, best_rc)
+            if bound > best:
+                best, center = bound, (pi, lam)
+            if added:
+                break
+        if added == 0:
+            converged = True
+            break
+    if last is None:
+        return PoolAnswer(best + pb.constant, None, rounds, (), (), frozenset(), converged)
+    lagging = frozenset(j for j, y in zip(pb.devil_jobs, last.y, strict=True) if y > 0.5)
+    return PoolAnswer(
+        best + pb.constant,
+        last.value + pb.constant,
+        rounds,
+        tuple(master.columns[: len(last.x)]),
+        tuple(float(v) for v in last.x),
+        lagging,
+        converged,
+    )
+
+
+# --- rounding: a placement from the last restricted master -----------------------------
+
+
+@dataclass
+class _Host:
+    """A host being filled by the rounding."""
+
+    host_type: int
+    counts: list[int]  # per group
+    free: int
+    devils: int = 0  # devil containers
+    devil_cores: int = 0
+    calm_jobs: bool = False  # holds a devil of a job meant to stay calm
+
+
+def _fill(pb: PoolProblem, host: _Host, gi: int, n: int, lagging: frozenset[int]) -> None:
+    g = pb.groups[gi]
+    host.counts[gi] += n
+    host.free -= n * g.cores
+    if g.devil:
+        host.devils += n
+        host.devil_cores += n * g.cores
+        host.calm_jobs = host.calm_jobs or g.job not in lagging
+
+
+def _admits(pb: PoolProblem, host: _Host, gi: int, lagging: frozenset[int]) -> bool:
+    """Whether one container of group gi fits and leaves no calm job contended."""
+    g = pb.groups[gi]
+    if g.cores > host.free:
+        return False
+    if not g.devil:
+        return True
+    tol = pb.types[host.host_type].tolerance
+    calm_after = host.devils == 0 or host.devil_cores + g.cores <= tol
+    return calm_after or (g.job in lagging and not host.calm_jobs)
+
+
+def _rate(ht: HostType) -> float:
+    return ht.switch_on / ht.cores + ht.slope
+
+
+def _whole_patterns(pb: PoolProblem, answer: PoolAnswer, left: list[int]) -> list[_Host]:
+    """Hosts running the master's patterns as many whole times as it uses them."""
+    hosts: list[_Host] = []
+    spare = [len(ht.hosts) for ht in pb.types]
+    for c in sorted(range(len(answer.columns)), key=lambda c: -answer.x[c]):
+        col = answer.columns[c]
+        copies = min(int(answer.x[c] + 1e-6), spare[col.host_type])
+        for gi, n in enumerate(col.counts):
+            if n:
+                copies = min(copies, left[gi] // n)
+        for _ in range(copies):
+            host = _Host(col.host_type, [0] * len(pb.groups), pb.types[col.host_type].cores)
+            for gi, n in enumerate(col.counts):
+                if n:
+                    _fill(pb, host, gi, n, answer.lagging)
+                    left[gi] -= n
+            hosts.append(host)
+        spare[col.host_type] -= copies
+    return hosts
+
+
+def _place_rest(
+    pb: PoolProblem, answer: PoolAnswer, hosts: list[_Host], left: list[int], deadline: float
+) -> bool:
+    """Seats what the whole patterns left: calm jobs' devils first, then lagging devils,
+    then turtles, largest first, each on the fullest host that admits it, or on a new
+    host of the cheapest type per core. False if something fits nowhere or the deadline
+    passes."""
+    spare = [len(ht.hosts) for ht in pb.types]
+    for h in hosts:
+        spare[h.host_type] -= 1
+    cheapest = sorted(range(len(pb.types)), key=lambda t: _rate(pb.types[t]))
+
+    def rank(gi: int) -> tuple[int, int]:
+        g = pb.groups[gi]
+        tier = 0 if g.devil and g.job not in answer.lagging else 1 if g.devil else 2
+        return tier, -g.cores
+
+    for gi in sorted(range(len(pb.groups)), key=rank):
+        if left[gi] and time.monotonic() >= deadline:
+            return False
+        for _ in range(left[gi]):
+            fits = [h for h in hosts if _admits(pb, h, gi, answer.lagging)]
+            if fits:
+                host = min(fits, key=lambda h: h.free)
+            else:
+                size = pb.groups[gi].cores
+                t = next((t for t in cheapest if spare[t] and pb.types[t].cores >= size), None)
+                if t is None:
+                    return False
+                spare[t] -= 1
+                host = _Host(t, [0] * len(pb.groups), pb.types[t].cores)
+                hosts.append(host)
+            _fill(pb, host, gi, 1, answer.lagging)
+        left[gi] = 0
+    return True
+
+
+def _main_job(pb: PoolProblem, host: _Host) -> tuple[int, int]:
+    """The job holding most cores on a host (ties: the lower index), for ordering."""
+    cores: dict[int, int] = defaultdict(int)
+    for gi, n in enumerate(host.counts):
+        if n:
+            cores[pb.groups[gi].job] += n * pb.groups[gi].cores
+    job = max(cores, key=lambda j: (cores[j], -j))
+    return job, -cores[job]
+
+
+def round_placement(
+    inst: Instance, pb: PoolProblem, answer: PoolAnswer, deadline: float
+) -> Assignment | None:
+    """A placement from the master's answer: its patterns on whole hosts, the rest seated
+    greedily, then the hosts of each type taken in rack order with patterns sharing a
+    job side by side, and each group's containers dealt out in order (ring and stencil
+    neighbours come out on one host or on neighbouring hosts of one rack). With a current
+    placement a container already on the host it is dealt to goes first (less M)."""
+    if not answer.columns:
+        return None
+    left = [len(g.members) for g in pb.groups]
+    hosts = _whole_patterns(pb, answer, left)
+    if not _place_rest(pb, answer, hosts, left, deadline):
+        return None
+    assignment: list[int | None] = [None] * len(inst.containers)
+    at_home: dict[tuple[int, int], list[int]] = defaultdict(list)
+    group_of = {ci: gi for gi, g in enumerate(pb.groups) for ci in g.members}
+    for ci, hi in enumerate(inst.current):
+        if hi is not None:
+            at_home[(hi, group_of[ci])].append(ci)
+    heads = [0] * len(pb.groups)
+    for t, ht in enumerate(pb.types):
+        physical = sorted(
+            (hi for hi in ht.hosts if inst.hosts[hi].state == "up"),
+            key=lambda hi: (inst.hosts[hi].rack, hi),
+        )
+        mine = sorted((h for h in hosts if h.host_type == t), key=lambda h: _main_job(pb, h))
+        if len(mine) > len(physical):  # the pool counted drained hosts: they hold residents only
+            return None
+        for host, hi in zip(mine, physical, strict=False):
+            for gi, n in enumerate(host.counts):
+                home = [ci for ci in at_home.get((hi, gi), []) if assignment[ci] is None]
+                for ci in home[:n]:
+                    assignment[ci] = hi
+                members = pb.groups[gi].members
+                for _ in range(n - min(n, len(home))):
+                    while assignment[members[heads[gi]]] is not None:
+                        heads[gi] += 1
+                    assignment[members[heads[gi]]] = hi
+    if any(a is None for a in assignment):
+        return None
+    return tuple(a for a in assignment if a is not None)

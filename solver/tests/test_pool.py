@@ -1,0 +1,136 @@
+"""The pool bound and rounding (placement/pool.py) and the rack regrouping (regroup.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+import time
+
+from test_lower import _case, _tight
+
+from clavis.instance import Instance, build_instance
+from clavis.objectives import Weights, bounds, evaluate, score, violations
+from clavis.placement import lower, pool
+from clavis.placement.baselines import random_assignment
+from clavis.placement.exact import TooLargeError, feasible_assignments
+from clavis.placement.regroup import regroup
+from clavis.realistic import RealisticSpec, generate
+
+
+def _bound(inst: Instance, w: Weights, seconds: float = 5.0) -> pool.PoolAnswer | None:
+    pb = pool.prepare(inst, w, bounds(inst))
+    return None if pb is None else pool.solve(pb, time.monotonic() + seconds)
+
+
+def _weights(rng: random.Random) -> Weights:
+    return Weights(1 + rng.randint(0, 5), rng.randint(0, 5), rng.randint(0, 5), rng.randint(0, 3))
+
+
+def test_pool_bound_never_exceeds_the_enumerated_optimum() -> None:
+    checked = tighter = rounded = 0
+    for seed in range(120):
+        inst = _case(seed)
+        if inst is None:
+            continue
+        try:
+            placements = feasible_assignments(inst, max_leaves=20_000)
+        except TooLargeError:
+            continue
+        if not placements:
+            continue
+        w = _weights(random.Random(seed))
+        limits = bounds(inst)
+        got = _bound(inst, w)
+        assert got is not None and got.converged, seed
+        optimum = min(score(inst, a, w, limits).F for a in placements)
+        assert got.bound <= optimum + 1e-9, (seed, got.bound, optimum)
+        tighter += got.bound > lower.lower_bound(inst, w, limits).F + 1e-9
+        pb = pool.prepare(inst, w, limits)
+        assert pb is not None
+        placed = pool.round_placement(inst, pb, got, time.monotonic() + 30)
+        if placed is not None:
+            assert not violations(inst, placed), seed
+            assert optimum - 1e-9 <= score(inst, placed, w, limits).F
+            rounded += 1
+        checked += 1
+    assert checked > 40
+    # Not vacuous: it proves more than the relaxations of lower.py on some instances,
+    # and the rounding gives a placement on most.
+    assert tighter > 0 and rounded > checked // 2, (tighter, rounded, checked)
+
+
+def test_pool_bound_holds_with_drained_and_down_hosts_and_a_current_placement() -> None:
+    checked = 0
+    for seed in range(150):
+        rng = random.Random(seed)
+        inst = _tight(rng)
+        cur = None if inst is None else random_assignment(inst, rng)
+        if inst is None or cur is None:
+            continue
+        hosts = list(inst.hosts)
+        k = rng.randrange(len(hosts))
+        hosts[k] = dataclasses.replace(hosts[k], state=rng.choice(["drain", "down"]))
+        if hosts[k].state == "down" and k in cur:
+            continue
+        inst = dataclasses.replace(inst, hosts=tuple(hosts), current=tuple(cur))
+        try:
+            placements = feasible_assignments(inst, max_leaves=20_000)
+        except TooLargeError:
+            continue
+        if not placements:
+            continue
+        w = _weights(rng)
+        got = _bound(inst, w)
+        assert got is not None
+        optimum = min(score(inst, a, w, bounds(inst)).F for a in placements)
+        assert got.bound <= optimum + 1e-9, seed
+        checked += 1
+    assert checked > 50
+
+
+def test_a_bound_cut_short_is_still_valid() -> None:
+    cluster, workload, _ = generate(RealisticSpec(hosts=64, seed=3)).models()
+    inst = build_instance(cluster, workload)
+    w = Weights(6, 10, 4)
+    pb = pool.prepare(inst, w, bounds(inst))
+    assert pb is not None
+    full = pool.solve(pb, time.monotonic() + 30)
+    assert full.converged and full.lp is not None
+    # The Lagrangian bound meets the master's value when nothing prices out.
+    assert math.isclose(full.bound, full.lp, rel_tol=1e-6, abs_tol=1e-9)
+    short = pool.solve(pb, time.monotonic() + 0.0)  # no round at all
+    assert short.bound <= full.bound and short.rounds == 0
+
+
+def test_realistic_snapshot_rounds_to_a_better_placement_than_the_relaxations_prove() -> None:
+    cluster, workload, _ = generate(RealisticSpec(hosts=96, seed=5)).models()
+    inst = build_instance(cluster, workload)
+    w = Weights(6, 10, 4)
+    limits = bounds(inst)
+    pb = pool.prepare(inst, w, limits)
+    assert pb is not None
+    got = pool.solve(pb, time.monotonic() + 30)
+    assert got.converged
+    assert got.bound > lower.lower_bound(inst, w, limits).F
+    placed = pool.round_placement(inst, pb, got, time.monotonic() + 30)
+    assert placed is not None and not violations(inst, placed)
+    assert got.bound <= score(inst, placed, w, limits).F
+
+
+def test_regroup_changes_only_traffic_and_migration_and_never_for_the_worse() -> None:
+    for seed in range(4):
+        cluster, workload, current = generate(
+            RealisticSpec(hosts=80, seed=seed, current=seed % 2 == 1)
+        ).models()
+        inst = build_instance(cluster, workload, current)
+        rng = random.Random(seed)
+        start = random_assignment(inst, rng)
+        assert start is not None
+        (_kp, _kd, k_c, k_m), _ = bounds(inst).linear(Weights(1, 1, 3, 1))
+        after = regroup(inst, start, k_c=k_c, k_m=k_m, deadline=time.monotonic() + 10)
+        assert not violations(inst, after)
+        before_o, after_o = evaluate(inst, start), evaluate(inst, after)
+        assert after_o.P == before_o.P and after_o.D == before_o.D
+        assert k_c * after_o.C + k_m * after_o.M <= k_c * before_o.C + k_m * before_o.M + 1e-12
+        assert after_o.C < before_o.C, seed  # a random placement always has racks to mend
