@@ -18,8 +18,10 @@ from clavis.placement.regroup import regroup
 from clavis.realistic import RealisticSpec, generate
 
 
-def _bound(inst: Instance, w: Weights, seconds: float = 5.0) -> pool.PoolAnswer | None:
-    pb = pool.prepare(inst, w, bounds(inst))
+def _bound(
+    inst: Instance, w: Weights, seconds: float = 5.0, *, aggregate: bool = False
+) -> pool.PoolAnswer | None:
+    pb = pool.prepare(inst, w, bounds(inst), aggregate=aggregate)
     return None if pb is None else pool.solve(pb, time.monotonic() + seconds)
 
 
@@ -45,6 +47,9 @@ def test_pool_bound_never_exceeds_the_enumerated_optimum() -> None:
         assert got is not None and got.converged, seed
         optimum = min(score(inst, a, w, limits).F for a in placements)
         assert got.bound <= optimum + 1e-9, (seed, got.bound, optimum)
+        coarse = _bound(inst, w, aggregate=True)
+        assert coarse is not None and coarse.converged
+        assert coarse.bound <= optimum + 1e-9, (seed, coarse.bound, optimum)
         tighter += got.bound > lower.lower_bound(inst, w, limits).F + 1e-9
         pb = pool.prepare(inst, w, limits)
         assert pb is not None
@@ -85,6 +90,8 @@ def test_pool_bound_holds_with_drained_and_down_hosts_and_a_current_placement() 
         assert got is not None
         optimum = min(score(inst, a, w, bounds(inst)).F for a in placements)
         assert got.bound <= optimum + 1e-9, seed
+        coarse = _bound(inst, w, aggregate=True)
+        assert coarse is not None and coarse.bound <= optimum + 1e-9, seed
         checked += 1
     assert checked > 50
 
@@ -134,3 +141,17 @@ def test_regroup_changes_only_traffic_and_migration_and_never_for_the_worse() ->
         assert after_o.P == before_o.P and after_o.D == before_o.D
         assert k_c * after_o.C + k_m * after_o.M <= k_c * before_o.C + k_m * before_o.M + 1e-12
         assert after_o.C < before_o.C, seed  # a random placement always has racks to mend
+
+
+def test_aggregated_groups_bound_as_much_from_a_few_groups() -> None:
+    # Realistic jobs have devils of one size each, where merging jobs loses nothing: the
+    # aggregated problem proves the per-job bound from six groups instead of hundreds.
+    cluster, workload, _ = generate(RealisticSpec(hosts=96, seed=4)).models()
+    inst = build_instance(cluster, workload)
+    w = Weights(6, 10, 4)
+    fine, coarse = _bound(inst, w, 30), _bound(inst, w, 30, aggregate=True)
+    assert fine is not None and coarse is not None and fine.converged and coarse.converged
+    pb = pool.prepare(inst, w, bounds(inst), aggregate=True)
+    assert pb is not None and len(pb.groups) <= 6
+    assert math.isclose(fine.bound, coarse.bound, rel_tol=1e-6)
+    assert coarse.rounds < fine.rounds

@@ -403,12 +403,18 @@ def _pool_turn(
 ) -> tuple[float, Assignment | None, Score | None]:
     """The pool bound (pool.py) raises the floor, and its rounded placement replaces the
     hint when it scores better. Seeded with the hint's own patterns."""
+    deadline = time.monotonic() + options.time_limit * POOL_END_SHARE - watch.elapsed
+    coarse = pool.prepare(inst, weights, limits, aggregate=True)
+    if coarse is None:
+        return floor, hint, start
+    # The bound from the aggregated groups (a few): it settles in a few rounds at any size.
+    bound = pool.solve(coarse, deadline)
+    floor = max(floor, bound.bound)
     pb = pool.prepare(inst, weights, limits)
     if pb is None:
         return floor, hint, start
     seeds = pool.seed_columns(pb, inst, hint) if hint is not None else None
-    deadline = time.monotonic() + options.time_limit * POOL_END_SHARE - watch.elapsed
-    answer = pool.solve(pb, deadline, seeds)
+    answer = pool.solve(pb, deadline, seeds, pool.lift_duals(coarse, bound, pb))
     floor = max(floor, answer.bound)
     until = time.monotonic() + options.time_limit * REGROUP_END_SHARE - watch.elapsed
     rounded = pool.round_placement(inst, pb, answer, until)

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from clavis.instance import Instance
+from clavis.instance import Instance, UniformTraffic
 from clavis.objectives import Bounds, Weights
 
 
@@ -333,6 +333,7 @@ class _Component:
     cores: int
     weights: list[float]  # every flow inside, lightest first
     nodes: list[tuple[int, float, list[tuple[float, int]]]]  # cores, degree, neighbours
+    job: int = -1
 
 
 def _components(inst: Instance) -> list[_Component]:
@@ -362,7 +363,8 @@ def _components(inst: Instance) -> list[_Component]:
         for v in vs:
             items = sorted(nbrs[v], key=lambda it: -it[0] / it[1])
             nodes.append((cores[v], sum(w for w, _ in items), items))
-        out.append(_Component(sum(cores[v] for v in vs), sorted(weights[r]), nodes))
+        job = inst.containers[vs[0]].job
+        out.append(_Component(sum(cores[v] for v in vs), sorted(weights[r]), nodes, job))
     return out
 
 
@@ -382,25 +384,102 @@ def _cut_flows(components: list[_Component], capacity: int) -> float:
 
 def _cut_uniform(inst: Instance, capacity: int) -> float:
     """The same bound for all-to-all traffic, counted by container size (no pair list)."""
-    total = 0.0
+    return sum(_cut_entry(inst, u, capacity) for u in inst.uniform)
+
+
+def _cut_entry(inst: Instance, u: UniformTraffic, capacity: int) -> float:
+    """_cut_uniform for one all-to-all entry."""
+    sizes = Counter(inst.containers[m].cores for m in u.members)
+    if sum(c * k for c, k in sizes.items()) <= capacity:
+        return 0.0
+    lost = 0.0
+    for c, k in sizes.items():
+        # The others of this member: everyone but itself, smallest first.
+        others = sorted((s, n - (s == c)) for s, n in sizes.items())
+        room, kept = float(capacity - c), 0.0
+        for s, n in others:
+            take = min(float(n), room / s)
+            kept += take
+            room -= take * s
+            if room <= 0:
+                break
+        lost += k * max(0.0, (len(u.members) - 1) - kept) * u.bytes_per_s
+    return lost / 2
+
+
+def host_cost(inst: Instance) -> float:
+    """What traffic_floor charges per byte/s that crosses hosts (its rack part aside)."""
+    if len({h.rack for h in inst.hosts}) == 1:
+        return inst.same_rack_cost
+    return min(inst.same_rack_cost, inst.cross_rack_cost)
+
+
+def calm_crossing(inst: Instance) -> dict[int, float]:
+    """Per devil job, bytes/s that must cross hosts if the job is calm, beyond what
+    traffic_floor already counts for it (for the pool bound's straggler shares).
+
+    A calm host holds one devil container or devil cores within its tolerance, so a
+    calm job has at most t = max(1, largest tolerance // its smallest devil) devils on a
+    host. Each container then keeps at most its t heaviest devil neighbours (t - 1 for a
+    devil) plus the heaviest turtle neighbours that fit beside it (fractional knapsack);
+    the rest of its traffic crosses, and each crossing flow is seen from both ends."""
+    usable = _capacities(inst)
+    if not usable or (not inst.flows and not inst.uniform):
+        return {}
+    cap = max(c for _, c in usable)
+    tol = max(inst.hosts[hi].devil_tolerance for hi, _ in usable)
+    smallest: dict[int, int] = {}
+    for c in inst.containers:
+        if c.devil:
+            smallest[c.job] = min(smallest.get(c.job, c.cores), c.cores)
+    if not smallest:
+        return {}
+    nbrs: dict[int, list[tuple[float, int]]] = defaultdict(list)
+    for f in inst.flows:
+        if inst.containers[f.a].job in smallest:
+            nbrs[f.a].append((f.bytes_per_s, f.b))
+            nbrs[f.b].append((f.bytes_per_s, f.a))
+    entries: dict[int, list[UniformTraffic]] = defaultdict(list)
     for u in inst.uniform:
-        sizes = Counter(inst.containers[m].cores for m in u.members)
-        if sum(c * k for c, k in sizes.items()) <= capacity:
-            continue
-        lost = 0.0
-        for c, k in sizes.items():
-            # The others of this member: everyone but itself, smallest first.
-            others = sorted((s, n - (s == c)) for s, n in sizes.items())
-            room, kept = float(capacity - c), 0.0
-            for s, n in others:
-                take = min(float(n), room / s)
-                kept += take
-                room -= take * s
-                if room <= 0:
+        job = inst.containers[u.members[0]].job
+        if job in smallest:
+            for m in u.members:
+                entries[m].append(u)
+    lost: dict[int, float] = defaultdict(float)
+    for ci in set(nbrs) | set(entries):
+        c = inst.containers[ci]
+        slots = max(1, tol // smallest[c.job]) - (1 if c.devil else 0)
+        room = cap - c.cores
+        devil_w = sorted((w for w, d in nbrs[ci] if inst.containers[d].devil), reverse=True)
+        turtles = sorted(
+            ((w, inst.containers[d].cores) for w, d in nbrs[ci] if not inst.containers[d].devil),
+            key=lambda it: -it[0] / it[1],
+        )
+        kept = sum(devil_w[:slots]) + _keep(room, turtles)
+        degree = sum(w for w, _ in nbrs[ci])
+        for u in entries[ci]:
+            others = [m for m in u.members if m != ci]
+            n_dev = sum(1 for m in others if inst.containers[m].devil)
+            sizes = sorted(inst.containers[m].cores for m in others if not inst.containers[m].devil)
+            fit, left = 0, room
+            for size in sizes:
+                if size > left:
                     break
-            lost += k * max(0.0, (len(u.members) - 1) - kept) * u.bytes_per_s
-        total += lost / 2
-    return total
+                fit, left = fit + 1, left - size
+            kept += u.bytes_per_s * (min(slots, n_dev) + fit)
+            degree += u.bytes_per_s * len(others)
+        lost[c.job] += max(0.0, degree - kept) / 2
+    credited: dict[int, float] = defaultdict(float)
+    for comp in _components(inst):
+        credited[comp.job] += _cut_flows([comp], cap)
+    for u in inst.uniform:
+        credited[inst.containers[u.members[0]].job] += _cut_entry(inst, u, cap)
+    out = {}
+    for job, bytes_lost in lost.items():
+        extra = bytes_lost - credited[job]
+        if extra > 0:
+            out[job] = extra
+    return out
 
 
 def traffic_floor(inst: Instance) -> float:

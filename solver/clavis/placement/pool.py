@@ -41,7 +41,7 @@ from ortools.linear_solver import linear_solver_pb2, pywraplp
 
 from clavis.instance import Assignment, Instance
 from clavis.objectives import Bounds, Weights
-from clavis.placement.lower import _capacities, traffic_floor
+from clavis.placement.lower import _capacities, calm_crossing, host_cost, traffic_floor
 
 # Cost of an uncovered container in the restricted master: F spans about 1, so no
 # container is worth more. The Lagrangian bound stays valid whatever it is.
@@ -73,11 +73,23 @@ class PoolGroup:
 
 
 @dataclass(frozen=True)
+class Straggler:
+    """A straggler share y in [0, 1]: what lags of a job (of its devils of one size when
+    groups are aggregated). ``rows``: the devil groups whose copies on contended patterns
+    it bounds, with y's coefficient there; ``cost``: weighted devil cores if it lags whole,
+    less the traffic it is spared when it need not stay calm (lower.calm_crossing)."""
+
+    job: int
+    rows: tuple[tuple[int, float], ...]
+    cost: float
+
+
+@dataclass(frozen=True)
 class PoolProblem:
     types: tuple[HostType, ...]
     groups: tuple[PoolGroup, ...]
-    devil_jobs: tuple[int, ...]  # the job of each straggler share y
-    job_devil_cores: tuple[int, ...]  # its devil cores
+    units: tuple[Straggler, ...]
+    aggregated: bool  # groups merge jobs (cores and class only): a bound, no rounding
     k_p: float
     k_d: float
     constant: float  # F's offset, every host's empty watts and the C floor, weighted
@@ -100,10 +112,15 @@ class PoolAnswer:
     x: tuple[float, ...]  # the last master's value per column
     lagging: frozenset[int]  # jobs whose share y is above one half there
     converged: bool
+    duals: tuple[np.ndarray, np.ndarray] | None = None  # the last master's (pi, lambda)
 
 
-def prepare(inst: Instance, weights: Weights, limits: Bounds) -> PoolProblem | None:
-    """The pool problem of an instance; None when nothing can run."""
+def prepare(
+    inst: Instance, weights: Weights, limits: Bounds, *, aggregate: bool = False
+) -> PoolProblem | None:
+    """The pool problem of an instance; None when nothing can run. ``aggregate`` merges
+    the groups of all jobs (by cores and class): the same bound up to jobs with devils of
+    several sizes, from a few groups instead of thousands, but nothing to round."""
     usable = _capacities(inst)
     if not inst.containers or not usable:
         return None
@@ -115,15 +132,35 @@ def prepare(inst: Instance, weights: Weights, limits: Bounds) -> PoolProblem | N
     types = tuple(HostType(c, t, s, r, tuple(hs)) for (c, t, s, r), hs in sorted(kinds.items()))
     members: dict[tuple[int, int, bool], list[int]] = defaultdict(list)
     for ci, c in enumerate(inst.containers):
-        members[(c.job, c.cores, c.devil)].append(ci)
+        members[(-1 if aggregate else c.job, c.cores, c.devil)].append(ci)
     groups = tuple(PoolGroup(j, n, d, tuple(ms)) for (j, n, d), ms in sorted(members.items()))
-    devil_cores: dict[int, int] = defaultdict(int)
-    for g in groups:
-        if g.devil:
-            devil_cores[g.job] += g.cores * len(g.members)
-    jobs = tuple(sorted(devil_cores))
+    group_of = {(j, n, d): gi for gi, (j, n, d) in enumerate(sorted(members))}
+    parts: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))  # job: size: count
+    for c in inst.containers:
+        if c.devil:
+            parts[c.job][c.cores] += 1
+    # A calm job spreads its devils and pays traffic for it (lower.calm_crossing): charged
+    # unless it lags, as the sum of penalty * (1 - y).
+    crossing = calm_crossing(inst) if k_c > 0 else {}
+    units, penalties = [], 0.0
+    for job in sorted(parts):
+        cores = sum(size * n for size, n in parts[job].items())
+        penalty = k_c * host_cost(inst) * crossing.get(job, 0.0)
+        penalties += penalty
+        if not aggregate:
+            rows = tuple(
+                (group_of[(job, size, True)], float(n)) for size, n in sorted(parts[job].items())
+            )
+            units.append(Straggler(job, rows, k_d * cores - penalty))
+            continue
+        # Each size of the job's devils its own share: a job lags if any part does, so
+        # charging parts apart counts no more than the whole job (a relaxation).
+        for size, n in sorted(parts[job].items()):
+            share = size * n / cores
+            rows = ((group_of[(-1, size, True)], float(n)),)
+            units.append(Straggler(job, rows, share * (k_d * cores - penalty)))
     constant = offset + k_p * sum(h.empty_w for h in inst.hosts) + k_c * traffic_floor(inst)
-    return PoolProblem(types, groups, jobs, tuple(devil_cores[j] for j in jobs), k_p, k_d, constant)
+    return PoolProblem(types, groups, tuple(units), aggregate, k_p, k_d, constant + penalties)
 
 
 # --- pricing: the best patterns of one host type ---------------------------------------
@@ -257,14 +294,11 @@ class _Master:
         objective = lp.Objective()
         objective.SetMinimization()
         self.y = []
-        job_groups: dict[int, list[int]] = defaultdict(list)
-        for gi in self.straggle:
-            job_groups[pb.groups[gi].job].append(gi)
-        for j, dc in zip(pb.devil_jobs, pb.job_devil_cores, strict=True):
+        for unit in pb.units:
             y = lp.NumVar(0.0, 1.0, "")
-            objective.SetCoefficient(y, pb.k_d * dc)
-            for gi in job_groups[j]:
-                self.straggle[gi].SetCoefficient(y, -float(len(pb.groups[gi].members)))
+            objective.SetCoefficient(y, unit.cost)
+            for gi, coef in unit.rows:
+                self.straggle[gi].SetCoefficient(y, -coef)
             self.y.append(y)
         for gi in range(len(pb.groups)):
             slack = lp.NumVar(0.0, inf, "")
@@ -329,12 +363,8 @@ def _lagrangian(pb: PoolProblem, pi: np.ndarray, lam: np.ndarray, best_rc: list[
         return -math.inf
     value = float(np.dot(pi, [len(g.members) for g in pb.groups]))
     value += sum(len(ht.hosts) * min(0.0, rc) for ht, rc in zip(pb.types, best_rc, strict=True))
-    per_job: dict[int, float] = defaultdict(float)
-    for gi, g in enumerate(pb.groups):
-        if g.devil:
-            per_job[g.job] += float(lam[gi]) * len(g.members)
-    for j, dc in zip(pb.devil_jobs, pb.job_devil_cores, strict=True):
-        value += min(0.0, pb.k_d * dc - per_job[j])
+    for unit in pb.units:
+        value += min(0.0, unit.cost - sum(float(lam[gi]) * coef for gi, coef in unit.rows))
     return value
 
 
@@ -357,6 +387,20 @@ def _enters(pb: PoolProblem, col: PoolColumn, last: _Solved | None) -> bool:
     if not col.calm:
         rc += float(counts @ last.lam)
     return rc < -EPS
+
+
+def lift_duals(
+    coarse: PoolProblem, answer: PoolAnswer, fine: PoolProblem
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """The aggregated problem's duals given to every job's group of the same cores and
+    class: at them the per-job problem's Lagrangian bound is about the aggregated one,
+    so its column generation starts from a good stability centre instead of from BIG."""
+    if answer.duals is None:
+        return None
+    pi, lam = answer.duals
+    index = {(g.cores, g.devil): gi for gi, g in enumerate(coarse.groups)}
+    at = [index[(g.cores, g.devil)] for g in fine.groups]
+    return pi[at].copy(), lam[at].copy()
 
 
 def seed_columns(pb: PoolProblem, inst: Instance, assignment: Assignment) -> list[PoolColumn]:
@@ -388,8 +432,15 @@ def _calm(pb: PoolProblem, t: int, counts: list[int]) -> bool:
     return devils <= 1 or cores <= pb.types[t].tolerance
 
 
-def solve(pb: PoolProblem, deadline: float, seeds: list[PoolColumn] | None = None) -> PoolAnswer:
-    """Column generation until no pattern prices out or the deadline (time.monotonic)."""
+def solve(
+    pb: PoolProblem,
+    deadline: float,
+    seeds: list[PoolColumn] | None = None,
+    start: tuple[np.ndarray, np.ndarray] | None = None,
+) -> PoolAnswer:
+    """Column generation until no pattern prices out or the deadline (time.monotonic).
+    ``start``: duals (pi, lambda) to smooth towards from the first round, e.g. the
+    aggregated problem's (lift_duals)."""
     master = _Master(pb)
     seen: set[tuple[int, tuple[int, ...], bool]] = set()
     for col in seeds or []:
@@ -399,7 +450,7 @@ def solve(pb: PoolProblem, deadline: float, seeds: list[PoolColumn] | None = Non
             master.add(col)
     best, rounds, converged = -math.inf, 0, False
     last: _Solved | None = None
-    center: tuple[np.ndarray, np.ndarray] | None = None  # duals of the best bound so far
+    center = start  # duals of the best bound so far
     while rounds < MAX_ROUNDS and time.monotonic() < deadline:
         rounds += 1
         if master.columns:
@@ -437,7 +488,7 @@ def solve(pb: PoolProblem, deadline: float, seeds: list[PoolColumn] | None = Non
             break
     if last is None:
         return PoolAnswer(best + pb.constant, None, rounds, (), (), frozenset(), converged)
-    lagging = frozenset(j for j, y in zip(pb.devil_jobs, last.y, strict=True) if y > 0.5)
+    lagging = frozenset(u.job for u, y in zip(pb.units, last.y, strict=True) if y > 0.5)
     return PoolAnswer(
         best + pb.constant,
         last.value + pb.constant,
@@ -446,6 +497,7 @@ def solve(pb: PoolProblem, deadline: float, seeds: list[PoolColumn] | None = Non
         tuple(float(v) for v in last.x),
         lagging,
         converged,
+        (last.pi, last.lam),
     )
 
 
@@ -529,9 +581,9 @@ def _place_rest(
         return tier, -g.cores
 
     for gi in sorted(range(len(pb.groups)), key=rank):
-        if left[gi] and time.monotonic() >= deadline:
-            return False
         for _ in range(left[gi]):
+            if time.monotonic() >= deadline:
+                return False
             fits = [h for h in hosts if _admits(pb, h, gi, answer.lagging)]
             if fits:
                 host = min(fits, key=lambda h: h.free)
@@ -566,7 +618,7 @@ def round_placement(
     job side by side, and each group's containers dealt out in order (ring and stencil
     neighbours come out on one host or on neighbouring hosts of one rack). With a current
     placement a container already on the host it is dealt to goes first (less M)."""
-    if not answer.columns:
+    if not answer.columns or pb.aggregated:
         return None
     left = [len(g.members) for g in pb.groups]
     hosts = _whole_patterns(pb, answer, left)
