@@ -87,6 +87,9 @@ CALM_SHARE = 0.3
 # The pool turn (pool.py: joint P-D bound by column generation, and a placement rounded
 # from it) ends by this share of the budget, on instances without a rack problem.
 POOL_END_SHARE = 0.5
+# With a rack problem only the aggregated pool bound runs (it settles in a few rounds),
+# by this share of the budget at most.
+POOL_BOUND_SHARE = 0.05
 # Exchanging alike hosts' contents to bring jobs into racks (regroup.py) after it ends by
 # this share.
 REGROUP_END_SHARE = 0.6
@@ -400,16 +403,21 @@ def _pool_turn(
     hint: Assignment | None,
     start: Score | None,
     watch: Stopwatch,
+    place: bool,
 ) -> tuple[float, Assignment | None, Score | None]:
-    """The pool bound (pool.py) raises the floor, and its rounded placement replaces the
-    hint when it scores better. Seeded with the hint's own patterns."""
-    deadline = time.monotonic() + options.time_limit * POOL_END_SHARE - watch.elapsed
+    """The pool bound (pool.py) raises the floor; with ``place`` (no rack problem) its
+    per-job form is rounded to a placement that replaces the hint when it scores better,
+    seeded with the hint's own patterns."""
+    share = POOL_END_SHARE if place else POOL_BOUND_SHARE
+    deadline = time.monotonic() + options.time_limit * share - watch.elapsed
     coarse = pool.prepare(inst, weights, limits, aggregate=True)
     if coarse is None:
         return floor, hint, start
     # The bound from the aggregated groups (a few): it settles in a few rounds at any size.
     bound = pool.solve(coarse, deadline)
     floor = max(floor, bound.bound)
+    if not place:
+        return floor, hint, start
     pb = pool.prepare(inst, weights, limits)
     if pb is None:
         return floor, hint, start
@@ -471,9 +479,17 @@ def solve(
     if start is not None:
         watch.offer(start.F)
     racks = rack.prepare(inst, weights, limits) if symmetric else None
-    if symmetric and racks is None and not options.deterministic:
+    if symmetric and not options.deterministic:
         floor, hint, start = _pool_turn(
-            inst, weights, options, limits=limits, floor=floor, hint=hint, start=start, watch=watch
+            inst,
+            weights,
+            options,
+            limits=limits,
+            floor=floor,
+            hint=hint,
+            start=start,
+            watch=watch,
+            place=racks is None,
         )
     # F itself as rack configurations (M and drained hosts kept) for the rack turns.
     exact = racks
