@@ -155,3 +155,22 @@ def test_aggregated_groups_bound_as_much_from_a_few_groups() -> None:
     assert pb is not None and len(pb.groups) <= 6
     assert math.isclose(fine.bound, coarse.bound, rel_tol=1e-6)
     assert coarse.rounds < fine.rounds
+
+
+def test_rounding_leaves_drained_hosts_out_and_says_its_value_is_no_bound() -> None:
+    cluster, workload, current = generate(RealisticSpec(hosts=120, seed=6, current=True)).models()
+    inst = build_instance(cluster, workload, current)
+    drained = {hi for hi, h in enumerate(inst.hosts) if h.state == "drain"}
+    holding = {hi for hi in inst.current if hi in drained}
+    assert holding, "the snapshot should have a drained host with residents"
+    w = Weights(6, 10, 4, 2)
+    relaxed = pool.prepare(inst, w, bounds(inst))
+    placing = pool.prepare(inst, w, bounds(inst), up_only=True)
+    assert relaxed is not None and placing is not None
+    assert not relaxed.restricted and placing.restricted
+    assert holding <= {hi for t in relaxed.types for hi in t.hosts}
+    assert not drained & {hi for t in placing.types for hi in t.hosts}
+    got = pool.solve(placing, time.monotonic() + 30)
+    placed = pool.round_placement(inst, placing, got, time.monotonic() + 30)
+    assert placed is not None and not violations(inst, placed)
+    assert not drained & set(placed)

@@ -90,6 +90,7 @@ class PoolProblem:
     groups: tuple[PoolGroup, ...]
     units: tuple[Straggler, ...]
     aggregated: bool  # groups merge jobs (cores and class only): a bound, no rounding
+    restricted: bool  # some usable hosts left out: its value is no lower bound
     k_p: float
     k_d: float
     constant: float  # F's offset, every host's empty watts and the C floor, weighted
@@ -116,12 +117,22 @@ class PoolAnswer:
 
 
 def prepare(
-    inst: Instance, weights: Weights, limits: Bounds, *, aggregate: bool = False
+    inst: Instance,
+    weights: Weights,
+    limits: Bounds,
+    *,
+    aggregate: bool = False,
+    up_only: bool = False,
 ) -> PoolProblem | None:
     """The pool problem of an instance; None when nothing can run. ``aggregate`` merges
     the groups of all jobs (by cores and class): the same bound up to jobs with devils of
-    several sizes, from a few groups instead of thousands, but nothing to round."""
+    several sizes, from a few groups instead of thousands, but nothing to round.
+    ``up_only`` leaves out drained hosts (they may keep only their residents), for
+    rounding: the problem is then no relaxation and its value no bound (``restricted``)."""
     usable = _capacities(inst)
+    restricted = up_only and any(inst.hosts[hi].state != "up" for hi, _ in usable)
+    if up_only:
+        usable = [(hi, cap) for hi, cap in usable if inst.hosts[hi].state == "up"]
     if not inst.containers or not usable:
         return None
     (k_p, k_d, k_c, _k_m), offset = limits.linear(weights)
@@ -160,7 +171,9 @@ def prepare(
             rows = ((group_of[(-1, size, True)], float(n)),)
             units.append(Straggler(job, rows, share * (k_d * cores - penalty)))
     constant = offset + k_p * sum(h.empty_w for h in inst.hosts) + k_c * traffic_floor(inst)
-    return PoolProblem(types, groups, tuple(units), aggregate, k_p, k_d, constant + penalties)
+    return PoolProblem(
+        types, groups, tuple(units), aggregate, restricted, k_p, k_d, constant + penalties
+    )
 
 
 # --- pricing: the best patterns of one host type ---------------------------------------
