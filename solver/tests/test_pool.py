@@ -7,12 +7,13 @@ import math
 import random
 import time
 
+import pytest
 from test_lower import _case, _tight
 
 from clavis.instance import Instance, build_instance
 from clavis.objectives import Weights, bounds, evaluate, score, violations
 from clavis.placement import lower, pool
-from clavis.placement.baselines import random_assignment
+from clavis.placement.baselines import corerr, random_assignment
 from clavis.placement.exact import TooLargeError, feasible_assignments
 from clavis.placement.regroup import regroup
 from clavis.realistic import RealisticSpec, generate
@@ -51,9 +52,9 @@ def test_pool_bound_never_exceeds_the_enumerated_optimum() -> None:
         assert coarse is not None and coarse.converged
         assert coarse.bound <= optimum + 1e-9, (seed, coarse.bound, optimum)
         tighter += got.bound > lower.lower_bound(inst, w, limits).F + 1e-9
-        pb = pool.prepare(inst, w, limits)
+        pb = pool.prepare(inst, w, limits, aggregate=True)
         assert pb is not None
-        placed = pool.round_placement(inst, pb, got, time.monotonic() + 30)
+        placed = pool.round_by_jobs(inst, pb, coarse, time.monotonic() + 30)
         if placed is not None:
             assert not violations(inst, placed), seed
             assert optimum - 1e-9 <= score(inst, placed, w, limits).F
@@ -110,19 +111,27 @@ def test_a_bound_cut_short_is_still_valid() -> None:
     assert short.bound <= full.bound and short.rounds == 0
 
 
-def test_realistic_snapshot_rounds_to_a_better_placement_than_the_relaxations_prove() -> None:
-    cluster, workload, _ = generate(RealisticSpec(hosts=96, seed=5)).models()
+@pytest.mark.parametrize("seed", [5, 7])
+def test_realistic_snapshot_rounds_to_a_placement_close_to_the_bound(seed: int) -> None:
+    # Seed 7 is tight (93 of 96 hosts in use): the whole patterns leave devils that no
+    # spare host can keep calm, and the rounding must still place them.
+    cluster, workload, _ = generate(RealisticSpec(hosts=96, seed=seed)).models()
     inst = build_instance(cluster, workload)
     w = Weights(6, 10, 4)
     limits = bounds(inst)
-    pb = pool.prepare(inst, w, limits)
+    pb = pool.prepare(inst, w, limits, aggregate=True)
     assert pb is not None
     got = pool.solve(pb, time.monotonic() + 30)
     assert got.converged
     assert got.bound > lower.lower_bound(inst, w, limits).F
-    placed = pool.round_placement(inst, pb, got, time.monotonic() + 30)
+    placed = pool.round_by_jobs(inst, pb, got, time.monotonic() + 30)
     assert placed is not None and not violations(inst, placed)
-    assert got.bound <= score(inst, placed, w, limits).F
+    f = score(inst, placed, w, limits).F
+    assert got.bound <= f
+    # Far closer to the bound than Slurm's default schedule (CoreRR): measured 0.28 and
+    # 0.35 of CoreRR's excess.
+    slurm = score(inst, corerr(inst), w, limits).F
+    assert f - got.bound < 0.5 * (slurm - got.bound), (f, slurm, got.bound)
 
 
 def test_regroup_changes_only_traffic_and_migration_and_never_for_the_worse() -> None:
@@ -165,12 +174,12 @@ def test_rounding_leaves_drained_hosts_out_and_says_its_value_is_no_bound() -> N
     assert holding, "the snapshot should have a drained host with residents"
     w = Weights(6, 10, 4, 2)
     relaxed = pool.prepare(inst, w, bounds(inst))
-    placing = pool.prepare(inst, w, bounds(inst), up_only=True)
+    placing = pool.prepare(inst, w, bounds(inst), aggregate=True, up_only=True)
     assert relaxed is not None and placing is not None
     assert not relaxed.restricted and placing.restricted
     assert holding <= {hi for t in relaxed.types for hi in t.hosts}
     assert not drained & {hi for t in placing.types for hi in t.hosts}
     got = pool.solve(placing, time.monotonic() + 30)
-    placed = pool.round_placement(inst, placing, got, time.monotonic() + 30)
+    placed = pool.round_by_jobs(inst, placing, got, time.monotonic() + 30)
     assert placed is not None and not violations(inst, placed)
     assert not drained & set(placed)

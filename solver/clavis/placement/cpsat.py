@@ -406,31 +406,29 @@ def _pool_turn(
     place: bool,
 ) -> tuple[float, Assignment | None, Score | None]:
     """The pool bound (pool.py) raises the floor; with ``place`` (no rack problem) its
-    per-job form is rounded to a placement that replaces the hint when it scores better,
-    seeded with the hint's own patterns."""
+    patterns are filled job by job into a placement (pool.round_by_jobs), regrouped into
+    racks, that replaces the hint when it scores better."""
     share = POOL_END_SHARE if place else POOL_BOUND_SHARE
     deadline = time.monotonic() + options.time_limit * share - watch.elapsed
     coarse = pool.prepare(inst, weights, limits, aggregate=True)
     if coarse is None:
         return floor, hint, start
-    # The bound from the aggregated groups (a few): it settles in a few rounds at any size.
-    bound = pool.solve(coarse, deadline)
-    floor = max(floor, bound.bound)
+    # Aggregated groups (six at most): it settles in a few rounds at any size.
+    answer = pool.solve(coarse, deadline)
+    floor = max(floor, answer.bound)
     if not place:
         return floor, hint, start
-    pb = pool.prepare(inst, weights, limits, up_only=True)
-    if pb is None:
+    # Drained hosts may keep only their residents: the placement uses up hosts only.
+    placing = pool.prepare(inst, weights, limits, aggregate=True, up_only=True)
+    if placing is not None and placing.restricted:
+        answer = pool.solve(placing, deadline)
+    rounded = None if placing is None else pool.round_by_jobs(inst, placing, answer, deadline)
+    if rounded is None:
         return floor, hint, start
-    seeds = pool.seed_columns(pb, inst, hint) if hint is not None else None
-    answer = pool.solve(pb, deadline, seeds, pool.lift_duals(coarse, bound, pb))
-    if not pb.restricted:
-        floor = max(floor, answer.bound)
+    (_k_p, _k_d, k_c, k_m), _ = limits.linear(weights)
     until = time.monotonic() + options.time_limit * REGROUP_END_SHARE - watch.elapsed
-    rounded = pool.round_placement(inst, pb, answer, until)
-    if rounded is not None:
-        (_k_p, _k_d, k_c, k_m), _ = limits.linear(weights)
-        rounded = regroup(inst, rounded, k_c=k_c, k_m=k_m, deadline=until)
-    if rounded is not None and not violations(inst, rounded):
+    rounded = regroup(inst, rounded, k_c=k_c, k_m=k_m, deadline=until)
+    if not violations(inst, rounded):
         got = score(inst, rounded, weights, limits)
         if start is None or got.F < start.F:
             watch.offer(got.F, floor)

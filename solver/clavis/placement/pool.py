@@ -7,7 +7,8 @@ never get it, and the relaxations of lower.py price P and D nearly apart, so at 
 hosts the proven gap stayed near 30%. This bound joins P and D as the thesis's elaborate
 bounding does (§5.5.2), for the whole cluster instead of one rack:
 
-* A *pattern* is what one host runs: a count per container group (job, cores, class).
+* A *pattern* is what one host runs: a count per container group (cores and class; or
+  job, cores and class, which proves the same when each job's devils have one size).
   Its watts follow from it (switch-on plus slope per busy core), and so does whether it
   is *calm* (at most one devil container, or devil cores within the host's tolerance).
 * Choosing how many hosts of each type run each pattern, every container covered once,
@@ -19,14 +20,16 @@ bounding does (§5.5.2), for the whole cluster instead of one rack:
   dynamic programming over the few container sizes. Every round gives a valid Lagrangian
   bound (Farley), so a budget that runs out still leaves a correct one.
 
-C is bounded apart (lower.traffic_floor) and M is at least 0, so adding them keeps a lower
-bound on F. Down hosts run nothing; a drained host counts as a host of its residents'
+C is bounded apart (lower.traffic_floor), plus the traffic a job must send if it stays
+calm (lower.calm_crossing, charged by 1 - y), and M is at least 0, so adding them keeps a
+lower bound on F. Down hosts run nothing; a drained host counts as a host of its residents'
 cores that may run anything, which only enlarges the feasible set.
 
-On realistic snapshots the relaxation's job shares come out whole (y_j is 0 or 1), and its
+On realistic snapshots the relaxation's shares come out whole (each y is 0 or 1), and its
 patterns say how to place: pack the lagging jobs' devils densely on a few large hosts and
-give every other devil a calm host filled with turtles. ``round_placement`` turns the
-last restricted master's answer into a placement the host search then polishes.
+give every other devil a calm host filled with turtles. ``round_by_jobs`` lays its patterns
+on the hosts as templates and fills them job by job, keeping each job on few hosts and
+racks; the host search then polishes the result.
 """
 
 from __future__ import annotations
@@ -113,7 +116,6 @@ class PoolAnswer:
     x: tuple[float, ...]  # the last master's value per column
     lagging: frozenset[int]  # jobs whose share y is above one half there
     converged: bool
-    duals: tuple[np.ndarray, np.ndarray] | None = None  # the last master's (pi, lambda)
 
 
 def prepare(
@@ -402,68 +404,19 @@ def _enters(pb: PoolProblem, col: PoolColumn, last: _Solved | None) -> bool:
     return rc < -EPS
 
 
-def lift_duals(
-    coarse: PoolProblem, answer: PoolAnswer, fine: PoolProblem
-) -> tuple[np.ndarray, np.ndarray] | None:
-    """The aggregated problem's duals given to every job's group of the same cores and
-    class: at them the per-job problem's Lagrangian bound is about the aggregated one,
-    so its column generation starts from a good stability centre instead of from BIG."""
-    if answer.duals is None:
-        return None
-    pi, lam = answer.duals
-    index = {(g.cores, g.devil): gi for gi, g in enumerate(coarse.groups)}
-    at = [index[(g.cores, g.devil)] for g in fine.groups]
-    return pi[at].copy(), lam[at].copy()
-
-
-def seed_columns(pb: PoolProblem, inst: Instance, assignment: Assignment) -> list[PoolColumn]:
-    """The patterns a placement runs (one column per distinct host content): the master
-    starts from a feasible answer, so its first duals already mean something."""
-    group_of = {ci: gi for gi, g in enumerate(pb.groups) for ci in g.members}
-    type_of = {hi: t for t, ht in enumerate(pb.types) for hi in ht.hosts}
-    per_host: dict[int, list[int]] = defaultdict(lambda: [0] * len(pb.groups))
-    for ci, hi in enumerate(assignment):
-        per_host[hi][group_of[ci]] += 1
-    out: dict[tuple[int, tuple[int, ...]], PoolColumn] = {}
-    for hi, counts in per_host.items():
-        t = type_of.get(hi)
-        if t is None:
-            continue
-        cores = sum(n * pb.groups[gi].cores for gi, n in enumerate(counts))
-        if cores > pb.types[t].cores:
-            continue
-        key = (t, tuple(counts))
-        if key not in out:
-            calm = _calm(pb, t, counts)
-            out[key] = _column(pb, t, counts, calm=calm)
-    return list(out.values())
-
-
 def _calm(pb: PoolProblem, t: int, counts: list[int]) -> bool:
     devils = sum(n for gi, n in enumerate(counts) if pb.groups[gi].devil)
     cores = sum(n * pb.groups[gi].cores for gi, n in enumerate(counts) if pb.groups[gi].devil)
     return devils <= 1 or cores <= pb.types[t].tolerance
 
 
-def solve(
-    pb: PoolProblem,
-    deadline: float,
-    seeds: list[PoolColumn] | None = None,
-    start: tuple[np.ndarray, np.ndarray] | None = None,
-) -> PoolAnswer:
-    """Column generation until no pattern prices out or the deadline (time.monotonic).
-    ``start``: duals (pi, lambda) to smooth towards from the first round, e.g. the
-    aggregated problem's (lift_duals)."""
+def solve(pb: PoolProblem, deadline: float) -> PoolAnswer:
+    """Column generation until no pattern prices out or the deadline (time.monotonic)."""
     master = _Master(pb)
     seen: set[tuple[int, tuple[int, ...], bool]] = set()
-    for col in seeds or []:
-        key = (col.host_type, col.counts, col.calm)
-        if key not in seen:
-            seen.add(key)
-            master.add(col)
     best, rounds, converged = -math.inf, 0, False
     last: _Solved | None = None
-    center = start  # duals of the best bound so far
+    center: tuple[np.ndarray, np.ndarray] | None = None  # duals of the best bound so far
     while rounds < MAX_ROUNDS and time.monotonic() < deadline:
         rounds += 1
         if master.columns:
@@ -510,11 +463,10 @@ def solve(
         tuple(float(v) for v in last.x),
         lagging,
         converged,
-        (last.pi, last.lam),
     )
 
 
-# --- rounding: a placement from the last restricted master -----------------------------
+# --- rounding: host templates from the master, filled job by job -----------------------
 
 
 @dataclass
@@ -603,65 +555,158 @@ def _place_rest(
             else:
                 size = pb.groups[gi].cores
                 t = next((t for t in cheapest if spare[t] and pb.types[t].cores >= size), None)
-                if t is None:
+                # No host left to keep it calm: any room will do, and the devils there
+                # contend (round_by_jobs then lets more jobs lag to fill such hosts).
+                room = [h for h in hosts if h.free >= size] if t is None else []
+                if room:
+                    host = min(room, key=lambda h: h.free)
+                elif t is None:
                     return False
-                spare[t] -= 1
-                host = _Host(t, [0] * len(pb.groups), pb.types[t].cores)
-                hosts.append(host)
+                else:
+                    spare[t] -= 1
+                    host = _Host(t, [0] * len(pb.groups), pb.types[t].cores)
+                    hosts.append(host)
             _fill(pb, host, gi, 1, answer.lagging)
         left[gi] = 0
     return True
 
 
-def _main_job(pb: PoolProblem, host: _Host) -> tuple[int, int]:
-    """The job holding most cores on a host (ties: the lower index), for ordering."""
-    cores: dict[int, int] = defaultdict(int)
-    for gi, n in enumerate(host.counts):
-        if n:
-            cores[pb.groups[gi].job] += n * pb.groups[gi].cores
-    job = max(cores, key=lambda j: (cores[j], -j))
-    return job, -cores[job]
+def _lagging_enough(
+    inst: Instance, pb: PoolProblem, answer: PoolAnswer, hosts: list[_Host]
+) -> set[int]:
+    """Jobs to let lag: the master's, and more (fewest devil cores first) while the
+    contended templates hold more devils of a size than lagging jobs have."""
+    lagging = set(answer.lagging)
+    slots: dict[int, int] = defaultdict(int)  # contended devil slots by cores
+    for h in hosts:
+        if not _calm(pb, h.host_type, h.counts):
+            for gi, n in enumerate(h.counts):
+                if n and pb.groups[gi].devil:
+                    slots[pb.groups[gi].cores] += n
+    devils: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))  # size: job: n
+    for c in inst.containers:
+        if c.devil:
+            devils[c.cores][c.job] += 1
+    job_cores: dict[int, int] = defaultdict(int)
+    for c in inst.containers:
+        if c.devil:
+            job_cores[c.job] += c.cores
+    for size, need in slots.items():
+        have = sum(n for j, n in devils[size].items() if j in lagging)
+        for j in sorted(devils[size], key=lambda j: job_cores[j]):
+            if have >= need:
+                break
+            if j not in lagging:
+                lagging.add(j)
+                have += devils[size][j]
+    return lagging
 
 
-def round_placement(
+def _traffic_by_job(inst: Instance) -> dict[int, float]:
+    out: dict[int, float] = defaultdict(float)
+    for f in inst.flows:
+        out[inst.containers[f.a].job] += f.bytes_per_s
+    for u in inst.uniform:
+        out[inst.containers[u.members[0]].job] += u.bytes_per_s * u.pairs
+    return out
+
+
+def round_by_jobs(
     inst: Instance, pb: PoolProblem, answer: PoolAnswer, deadline: float
 ) -> Assignment | None:
-    """A placement from the master's answer: its patterns on whole hosts, the rest seated
-    greedily, then the hosts of each type taken in rack order with patterns sharing a
-    job side by side, and each group's containers dealt out in order (ring and stencil
-    neighbours come out on one host or on neighbouring hosts of one rack). With a current
-    placement a container already on the host it is dealt to goes first (less M)."""
-    if not answer.columns or pb.aggregated:
+    """A placement from the aggregated master: its patterns become host templates (a
+    count of slots per container size and class, calm or not), laid on the hosts of
+    each type in rack order, and the jobs fill them one at a time, most traffic first,
+    each container on a host of its job if a slot fits there, else in the rack of its
+    job's last container, else in the rack with most such slots: so jobs stay on few
+    hosts and racks. A calm job's devils take calm hosts only; contended hosts take the
+    devils of lagging jobs (more jobs lag if the templates hold more)."""
+    if not answer.columns or not pb.aggregated:
         return None
     left = [len(g.members) for g in pb.groups]
+    # Templates count devils by size only (no job is in ``lagging`` at this level), so
+    # the leftovers are seated where they keep every host calm.
     hosts = _whole_patterns(pb, answer, left)
     if not _place_rest(pb, answer, hosts, left, deadline):
         return None
-    assignment: list[int | None] = [None] * len(inst.containers)
-    at_home: dict[tuple[int, int], list[int]] = defaultdict(list)
-    group_of = {ci: gi for gi, g in enumerate(pb.groups) for ci in g.members}
-    for ci, hi in enumerate(inst.current):
-        if hi is not None:
-            at_home[(hi, group_of[ci])].append(ci)
-    heads = [0] * len(pb.groups)
+    lagging = _lagging_enough(inst, pb, answer, hosts)
+    # free[(gi, calm)][rack] -> hosts with a free slot of group gi, in rack order
+    free: dict[tuple[int, bool], dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
+    slots: dict[tuple[int, int], int] = {}
+    calm_of: dict[int, bool] = {}
     for t, ht in enumerate(pb.types):
         physical = sorted(
             (hi for hi in ht.hosts if inst.hosts[hi].state == "up"),
             key=lambda hi: (inst.hosts[hi].rack, hi),
         )
-        mine = sorted((h for h in hosts if h.host_type == t), key=lambda h: _main_job(pb, h))
-        if len(mine) > len(physical):  # the pool counted drained hosts: they hold residents only
+        mine = sorted(
+            (h for h in hosts if h.host_type == t),
+            key=lambda h: (_calm(pb, t, h.counts), h.counts),
+        )
+        if len(mine) > len(physical):
             return None
         for host, hi in zip(mine, physical, strict=False):
+            calm_of[hi] = _calm(pb, t, host.counts)
             for gi, n in enumerate(host.counts):
-                home = [ci for ci in at_home.get((hi, gi), []) if assignment[ci] is None]
-                for ci in home[:n]:
-                    assignment[ci] = hi
-                members = pb.groups[gi].members
-                for _ in range(n - min(n, len(home))):
-                    while assignment[members[heads[gi]]] is not None:
-                        heads[gi] += 1
-                    assignment[members[heads[gi]]] = hi
+                if n:
+                    slots[(hi, gi)] = n
+                    free[(gi, calm_of[hi])][inst.hosts[hi].rack].append(hi)
+    group_of = {(g.cores, g.devil): gi for gi, g in enumerate(pb.groups)}
+    traffic = _traffic_by_job(inst)
+    assignment: list[int | None] = [None] * len(inst.containers)
+
+    def take(gi: int, kinds: list[bool], near: list[int]) -> int | None:
+        for calm in kinds:
+            for hi in near:  # a host of the job, most recent first
+                if calm_of.get(hi) == calm and slots.get((hi, gi), 0) > 0:
+                    return hi
+        for calm in kinds:
+            if near:
+                rack = inst.hosts[near[0]].rack
+                hs = free[(gi, calm)].get(rack, [])
+                while hs and slots[(hs[0], gi)] == 0:
+                    hs.pop(0)
+                if hs:
+                    return hs[0]
+        best: tuple[int, int] | None = None
+        for calm in kinds:
+            for hs in free[(gi, calm)].values():
+                while hs and slots[(hs[0], gi)] == 0:
+                    hs.pop(0)
+                if hs and (best is None or len(hs) > best[0]):
+                    best = (len(hs), hs[0])
+            if best is not None:
+                return best[1]
+        return None
+
+    members: dict[int, list[int]] = defaultdict(list)
+    for ci, c in enumerate(inst.containers):
+        members[c.job].append(ci)
+    for job in sorted(members, key=lambda j: (-traffic.get(j, 0.0), j)):
+        if time.monotonic() >= deadline:
+            return None
+        near: list[int] = []
+        for ci in members[job]:
+            c = inst.containers[ci]
+            gi = group_of[(c.cores, c.devil)]
+            if not c.devil:
+                kinds = [True, False]
+            elif job in lagging:
+                kinds = [False, True]
+            else:
+                kinds = [True]
+            # A calm job's devil with no calm slot left takes a contended one: it lags.
+            at = take(gi, kinds, near)
+            if at is None:
+                at = take(gi, [False], near)
+            if at is None:
+                return None
+            slots[(at, gi)] -= 1
+            assignment[ci] = at
+            if at in near:
+                near.remove(at)
+            near.insert(0, at)
+            del near[8:]
     if any(a is None for a in assignment):
         return None
     return tuple(a for a in assignment if a is not None)
