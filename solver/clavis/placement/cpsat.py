@@ -87,8 +87,8 @@ CALM_SHARE = 0.3
 # The pool turn (pool.py: joint P-D bound by column generation, and a placement rounded
 # from it) ends by this share of the budget, on instances without a rack problem.
 POOL_END_SHARE = 0.5
-# With a rack problem only the aggregated pool bound runs (it settles in a few rounds),
-# by this share of the budget at most.
+# With a rack problem or a repack only the aggregated pool bound runs (it settles in a
+# few rounds), for this share of the budget at most.
 POOL_BOUND_SHARE = 0.05
 # Exchanging alike hosts' contents to bring jobs into racks (regroup.py) after it ends by
 # this share.
@@ -408,8 +408,10 @@ def _pool_turn(
     """The pool bound (pool.py) raises the floor; with ``place`` (no rack problem) its
     patterns are filled job by job into a placement (pool.round_by_jobs), regrouped into
     racks, that replaces the hint when it scores better."""
-    share = POOL_END_SHARE if place else POOL_BOUND_SHARE
-    deadline = time.monotonic() + options.time_limit * share - watch.elapsed
+    if place:
+        deadline = time.monotonic() + options.time_limit * POOL_END_SHARE - watch.elapsed
+    else:  # a budget of its own: the warm start may already have passed that share
+        deadline = time.monotonic() + options.time_limit * POOL_BOUND_SHARE
     coarse = pool.prepare(inst, weights, limits, aggregate=True)
     if coarse is None:
         return floor, hint, start
