@@ -6,12 +6,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from conftest import container, host, instance
 
-from clavis.instance import Instance, build_instance
+from clavis.instance import Assignment, Instance, build_instance
 from clavis.model import Cluster, Placement, Workload
 from clavis.objectives import Weights, bounds, evaluate, score, straggling_jobs
 from clavis.placement import SolveOptions, lower, place
@@ -185,10 +186,9 @@ def test_solve_reports_a_positive_bound_on_realistic_snapshots() -> None:
         assert floor - 1e-12 <= got.bound <= got.score.F + 1e-9, method
 
 
-def test_bounds_hold_with_drained_and_down_hosts_and_a_current_placement() -> None:
-    # A drained host keeps only its residents and a down host nothing: the relaxations
-    # count their capacity accordingly (lower._capacities).
-    checked = 0
+def drained_cases() -> Iterator[tuple[int, Instance, list[Assignment], Weights]]:
+    """Small tight instances with one host drained or down and a current placement, their
+    feasible placements enumerated, and weights: (seed, instance, placements, weights)."""
     for seed in range(150):
         rng = random.Random(seed)
         inst = _tight(rng)
@@ -205,9 +205,18 @@ def test_bounds_hold_with_drained_and_down_hosts_and_a_current_placement() -> No
             placements = feasible_assignments(inst, max_leaves=20_000)
         except TooLargeError:
             continue
-        if not placements:
-            continue
-        w = Weights(1 + rng.randint(0, 5), rng.randint(0, 5), rng.randint(0, 5), rng.randint(0, 3))
+        if placements:
+            w = Weights(
+                1 + rng.randint(0, 5), rng.randint(0, 5), rng.randint(0, 5), rng.randint(0, 3)
+            )
+            yield seed, inst, placements, w
+
+
+def test_bounds_hold_with_drained_and_down_hosts_and_a_current_placement() -> None:
+    # A drained host keeps only its residents and a down host nothing: the relaxations
+    # count their capacity accordingly (lower._capacities).
+    checked = 0
+    for seed, inst, placements, w in drained_cases():
         limits = bounds(inst)
         got = lower.lower_bound(inst, w, limits)
         for name in "PDC":

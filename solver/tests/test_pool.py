@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import random
 import time
 
 import pytest
-from test_lower import _case, _tight
+from test_lower import _case, drained_cases
 
 from clavis.instance import Instance, build_instance
 from clavis.objectives import Weights, bounds, evaluate, score, violations
@@ -68,25 +67,7 @@ def test_pool_bound_never_exceeds_the_enumerated_optimum() -> None:
 
 def test_pool_bound_holds_with_drained_and_down_hosts_and_a_current_placement() -> None:
     checked = 0
-    for seed in range(150):
-        rng = random.Random(seed)
-        inst = _tight(rng)
-        cur = None if inst is None else random_assignment(inst, rng)
-        if inst is None or cur is None:
-            continue
-        hosts = list(inst.hosts)
-        k = rng.randrange(len(hosts))
-        hosts[k] = dataclasses.replace(hosts[k], state=rng.choice(["drain", "down"]))
-        if hosts[k].state == "down" and k in cur:
-            continue
-        inst = dataclasses.replace(inst, hosts=tuple(hosts), current=tuple(cur))
-        try:
-            placements = feasible_assignments(inst, max_leaves=20_000)
-        except TooLargeError:
-            continue
-        if not placements:
-            continue
-        w = _weights(rng)
+    for seed, inst, placements, w in drained_cases():
         got = _bound(inst, w)
         assert got is not None
         optimum = min(score(inst, a, w, bounds(inst)).F for a in placements)
