@@ -471,36 +471,31 @@ def solve(pb: PoolProblem, deadline: float) -> PoolAnswer:
 
 @dataclass
 class _Host:
-    """A host being filled by the rounding."""
+    """A host template being filled: a count per (aggregated) group."""
 
     host_type: int
-    counts: list[int]  # per group
-    free: int
+    counts: list[int]
+    free: int  # cores
     devils: int = 0  # devil containers
     devil_cores: int = 0
-    calm_jobs: bool = False  # holds a devil of a job meant to stay calm
 
 
-def _fill(pb: PoolProblem, host: _Host, gi: int, n: int, lagging: frozenset[int]) -> None:
+def _fill(pb: PoolProblem, host: _Host, gi: int, n: int) -> None:
     g = pb.groups[gi]
     host.counts[gi] += n
     host.free -= n * g.cores
     if g.devil:
         host.devils += n
         host.devil_cores += n * g.cores
-        host.calm_jobs = host.calm_jobs or g.job not in lagging
 
 
-def _admits(pb: PoolProblem, host: _Host, gi: int, lagging: frozenset[int]) -> bool:
-    """Whether one container of group gi fits and leaves no calm job contended."""
+def _keeps_calm(pb: PoolProblem, host: _Host, gi: int) -> bool:
+    """Whether one container of group gi fits and the host stays calm."""
     g = pb.groups[gi]
     if g.cores > host.free:
         return False
-    if not g.devil:
-        return True
     tol = pb.types[host.host_type].tolerance
-    calm_after = host.devils == 0 or host.devil_cores + g.cores <= tol
-    return calm_after or (g.job in lagging and not host.calm_jobs)
+    return not g.devil or host.devils == 0 or host.devil_cores + g.cores <= tol
 
 
 def _rate(ht: HostType) -> float:
@@ -521,52 +516,44 @@ def _whole_patterns(pb: PoolProblem, answer: PoolAnswer, left: list[int]) -> lis
             host = _Host(col.host_type, [0] * len(pb.groups), pb.types[col.host_type].cores)
             for gi, n in enumerate(col.counts):
                 if n:
-                    _fill(pb, host, gi, n, answer.lagging)
+                    _fill(pb, host, gi, n)
                     left[gi] -= n
             hosts.append(host)
         spare[col.host_type] -= copies
     return hosts
 
 
-def _place_rest(
-    pb: PoolProblem, answer: PoolAnswer, hosts: list[_Host], left: list[int], deadline: float
-) -> bool:
-    """Seats what the whole patterns left: calm jobs' devils first, then lagging devils,
-    then turtles, largest first, each on the fullest host that admits it, or on a new
-    host of the cheapest type per core. False if something fits nowhere or the deadline
-    passes."""
+def _place_rest(pb: PoolProblem, hosts: list[_Host], left: list[int], deadline: float) -> bool:
+    """Seats what the whole patterns left, devils first, largest first, each on the
+    fullest template it keeps calm, or on a new host of the cheapest type per core, or
+    (no host left) on any room, where devils then contend. False if something fits
+    nowhere or the deadline passes."""
     spare = [len(ht.hosts) for ht in pb.types]
     for h in hosts:
         spare[h.host_type] -= 1
     cheapest = sorted(range(len(pb.types)), key=lambda t: _rate(pb.types[t]))
-
-    def rank(gi: int) -> tuple[int, int]:
-        g = pb.groups[gi]
-        tier = 0 if g.devil and g.job not in answer.lagging else 1 if g.devil else 2
-        return tier, -g.cores
-
-    for gi in sorted(range(len(pb.groups)), key=rank):
+    order = sorted(
+        range(len(pb.groups)), key=lambda gi: (not pb.groups[gi].devil, -pb.groups[gi].cores)
+    )
+    for gi in order:
+        size = pb.groups[gi].cores
         for _ in range(left[gi]):
             if time.monotonic() >= deadline:
                 return False
-            fits = [h for h in hosts if _admits(pb, h, gi, answer.lagging)]
+            fits = [h for h in hosts if _keeps_calm(pb, h, gi)]
+            t = next((t for t in cheapest if spare[t] and pb.types[t].cores >= size), None)
+            if not fits and t is None:
+                # round_by_jobs lets more jobs lag to fill the hosts this contends.
+                fits = [h for h in hosts if h.free >= size]
             if fits:
                 host = min(fits, key=lambda h: h.free)
+            elif t is not None:
+                spare[t] -= 1
+                host = _Host(t, [0] * len(pb.groups), pb.types[t].cores)
+                hosts.append(host)
             else:
-                size = pb.groups[gi].cores
-                t = next((t for t in cheapest if spare[t] and pb.types[t].cores >= size), None)
-                # No host left to keep it calm: any room will do, and the devils there
-                # contend (round_by_jobs then lets more jobs lag to fill such hosts).
-                room = [h for h in hosts if h.free >= size] if t is None else []
-                if room:
-                    host = min(room, key=lambda h: h.free)
-                elif t is None:
-                    return False
-                else:
-                    spare[t] -= 1
-                    host = _Host(t, [0] * len(pb.groups), pb.types[t].cores)
-                    hosts.append(host)
-            _fill(pb, host, gi, 1, answer.lagging)
+                return False
+            _fill(pb, host, gi, 1)
         left[gi] = 0
     return True
 
@@ -624,10 +611,8 @@ def round_by_jobs(
     if not answer.columns or not pb.aggregated:
         return None
     left = [len(g.members) for g in pb.groups]
-    # Templates count devils by size only (no job is in ``lagging`` at this level), so
-    # the leftovers are seated where they keep every host calm.
     hosts = _whole_patterns(pb, answer, left)
-    if not _place_rest(pb, answer, hosts, left, deadline):
+    if not _place_rest(pb, hosts, left, deadline):
         return None
     lagging = _lagging_enough(inst, pb, answer, hosts)
     # free[(gi, calm)][rack] -> hosts with a free slot of group gi, in rack order
