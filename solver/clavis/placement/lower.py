@@ -408,7 +408,8 @@ def _cut_entry(inst: Instance, u: UniformTraffic, capacity: int) -> float:
 
 
 def host_cost(inst: Instance) -> float:
-    """What traffic_floor charges per byte/s that crosses hosts (its rack part aside)."""
+    """What traffic_floor charges per byte/s that crosses hosts (its rack part aside): the
+    same-rack cost, or the cross-rack cost where that is cheaper and racks exist."""
     if len({h.rack for h in inst.hosts}) == 1:
         return inst.same_rack_cost
     return min(inst.same_rack_cost, inst.cross_rack_cost)
@@ -439,12 +440,16 @@ def calm_crossing(inst: Instance) -> dict[int, float]:
         if inst.containers[f.a].job in smallest:
             nbrs[f.a].append((f.bytes_per_s, f.b))
             nbrs[f.b].append((f.bytes_per_s, f.a))
-    entries: dict[int, list[UniformTraffic]] = defaultdict(list)
+    # Per all-to-all entry of a devil job: its devils and its turtles' sizes, counted once.
+    entries: dict[int, list[tuple[UniformTraffic, int, Counter[int]]]] = defaultdict(list)
     for u in inst.uniform:
-        job = inst.containers[u.members[0]].job
-        if job in smallest:
+        if inst.containers[u.members[0]].job in smallest:
+            devils = sum(1 for m in u.members if inst.containers[m].devil)
+            turtle_sizes = Counter(
+                inst.containers[m].cores for m in u.members if not inst.containers[m].devil
+            )
             for m in u.members:
-                entries[m].append(u)
+                entries[m].append((u, devils, turtle_sizes))
     lost: dict[int, float] = defaultdict(float)
     for ci in set(nbrs) | set(entries):
         c = inst.containers[ci]
@@ -457,17 +462,18 @@ def calm_crossing(inst: Instance) -> dict[int, float]:
         )
         kept = sum(devil_w[:slots]) + _keep(room, turtles)
         degree = sum(w for w, _ in nbrs[ci])
-        for u in entries[ci]:
-            others = [m for m in u.members if m != ci]
-            n_dev = sum(1 for m in others if inst.containers[m].devil)
-            sizes = sorted(inst.containers[m].cores for m in others if not inst.containers[m].devil)
+        for u, devils, turtle_sizes in entries[ci]:
+            # The other members: one devil or one turtle of its size fewer.
+            n_dev = devils - (1 if c.devil else 0)
             fit, left = 0, room
-            for size in sizes:
-                if size > left:
+            for size in sorted(turtle_sizes):
+                n = turtle_sizes[size] - (0 if c.devil or size != c.cores else 1)
+                take = min(n, left // size)  # most turtles fit smallest first
+                fit, left = fit + take, left - take * size
+                if take < n:
                     break
-                fit, left = fit + 1, left - size
             kept += u.bytes_per_s * (min(slots, n_dev) + fit)
-            degree += u.bytes_per_s * len(others)
+            degree += u.bytes_per_s * (len(u.members) - 1)
         lost[c.job] += max(0.0, degree - kept) / 2
     credited: dict[int, float] = defaultdict(float)
     for comp in _components(inst):
@@ -497,13 +503,12 @@ def traffic_floor(inst: Instance) -> float:
     cr, cx = inst.same_rack_cost, inst.cross_rack_cost
     components = _components(inst)
     across_hosts = _cut_flows(components, host_cap) + _cut_uniform(inst, host_cap)
-    if len({h.rack for h in inst.hosts}) == 1:
-        return cr * across_hosts
-    if cx < cr:
-        return cx * across_hosts
+    floor = host_cost(inst) * across_hosts
+    if len({h.rack for h in inst.hosts}) == 1 or cx < cr:
+        return floor
     # A flow across racks also crosses hosts: cost cr, plus cx - cr for leaving the rack.
     across_racks = _cut_flows(components, rack_cap) + _cut_uniform(inst, rack_cap)
-    return cr * across_hosts + (cx - cr) * across_racks
+    return floor + (cx - cr) * across_racks
 
 
 def lower_bound(inst: Instance, weights: Weights, limits: Bounds) -> LowerBound:
