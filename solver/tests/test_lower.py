@@ -86,21 +86,29 @@ def _case(seed: int) -> Instance | None:
     return _tight(rng)
 
 
-@pytest.mark.parametrize("chunk", range(4))
-def test_bounds_never_exceed_the_enumerated_optimum(chunk: int) -> None:
-    positive = {"P": 0, "D": 0, "C": 0}
-    for seed in range(chunk * 30, chunk * 30 + 30):
+def random_weights(rng: random.Random) -> Weights:
+    return Weights(1 + rng.randint(0, 5), rng.randint(0, 5), rng.randint(0, 5), rng.randint(0, 3))
+
+
+def enumerated_cases(seeds: range) -> Iterator[tuple[int, Instance, list[Assignment], Weights]]:
+    """The _case instances of these seeds whose feasible placements enumerate quickly:
+    (seed, instance, placements, weights drawn from the seed)."""
+    for seed in seeds:
         inst = _case(seed)
         if inst is None:
             continue
         try:
             placements = feasible_assignments(inst, max_leaves=20_000)
         except TooLargeError:
-            continue  # keeps the test short; the other seeds cover the same shapes
-        if not placements:
-            continue
-        rng = random.Random(seed)
-        w = Weights(1 + rng.randint(0, 5), rng.randint(0, 5), rng.randint(0, 5), rng.randint(0, 3))
+            continue  # keeps the tests short; the other seeds cover the same shapes
+        if placements:
+            yield seed, inst, placements, random_weights(random.Random(seed))
+
+
+@pytest.mark.parametrize("chunk", range(4))
+def test_bounds_never_exceed_the_enumerated_optimum(chunk: int) -> None:
+    positive = {"P": 0, "D": 0, "C": 0}
+    for seed, inst, placements, w in enumerated_cases(range(chunk * 30, chunk * 30 + 30)):
         limits = bounds(inst)
         got = lower.lower_bound(inst, w, limits)
         raw = [evaluate(inst, a) for a in placements]
@@ -206,10 +214,7 @@ def drained_cases() -> Iterator[tuple[int, Instance, list[Assignment], Weights]]
         except TooLargeError:
             continue
         if placements:
-            w = Weights(
-                1 + rng.randint(0, 5), rng.randint(0, 5), rng.randint(0, 5), rng.randint(0, 3)
-            )
-            yield seed, inst, placements, w
+            yield seed, inst, placements, random_weights(rng)
 
 
 def test_bounds_hold_with_drained_and_down_hosts_and_a_current_placement() -> None:
@@ -252,16 +257,7 @@ def test_power_and_calm_room_with_m_hosts_hold_for_every_placement_using_m_hosts
     # The Lagrangian bound per number of hosts in use (lower._hosts_on), against the least
     # P of the enumerated placements that use exactly that many hosts.
     checked = tighter = 0
-    for seed in range(chunk * 40, chunk * 40 + 40):
-        inst = _case(seed)
-        if inst is None:
-            continue
-        try:
-            placements = feasible_assignments(inst, max_leaves=20_000)
-        except TooLargeError:
-            continue
-        if not placements:
-            continue
+    for seed, inst, placements, _w in enumerated_cases(range(chunk * 40, chunk * 40 + 40)):
         usable = lower._capacities(inst)
         power = lower._Power.of(inst, usable)
         devils = lower._Devils.of(inst, usable)

@@ -7,53 +7,28 @@ import random
 import time
 
 import pytest
-from test_lower import _case, drained_cases
+from test_lower import drained_cases, enumerated_cases
 
-from clavis.instance import Instance, build_instance
+from clavis.instance import build_instance
 from clavis.objectives import Weights, bounds, evaluate, score, violations
 from clavis.placement import lower, pool
 from clavis.placement.baselines import corerr, random_assignment
-from clavis.placement.exact import TooLargeError, feasible_assignments
 from clavis.placement.regroup import regroup
 from clavis.realistic import RealisticSpec, generate
 
 
-def _bound(
-    inst: Instance, w: Weights, seconds: float = 5.0, *, aggregate: bool = False
-) -> pool.PoolAnswer | None:
-    pb = pool.prepare(inst, w, bounds(inst), aggregate=aggregate)
-    return None if pb is None else pool.solve(pb, time.monotonic() + seconds)
-
-
-def _weights(rng: random.Random) -> Weights:
-    return Weights(1 + rng.randint(0, 5), rng.randint(0, 5), rng.randint(0, 5), rng.randint(0, 3))
-
-
 def test_pool_bound_never_exceeds_the_enumerated_optimum() -> None:
     checked = tighter = rounded = 0
-    for seed in range(120):
-        inst = _case(seed)
-        if inst is None:
-            continue
-        try:
-            placements = feasible_assignments(inst, max_leaves=20_000)
-        except TooLargeError:
-            continue
-        if not placements:
-            continue
-        w = _weights(random.Random(seed))
+    for seed, inst, placements, w in enumerated_cases(range(120)):
         limits = bounds(inst)
-        got = _bound(inst, w)
-        assert got is not None and got.converged, seed
+        pb = pool.prepare(inst, w, limits)
+        assert pb is not None
+        got = pool.solve(pb, time.monotonic() + 5)
+        assert got.converged, seed
         optimum = min(score(inst, a, w, limits).F for a in placements)
         assert got.bound <= optimum + 1e-9, (seed, got.bound, optimum)
-        coarse = _bound(inst, w, aggregate=True)
-        assert coarse is not None and coarse.converged
-        assert coarse.bound <= optimum + 1e-9, (seed, coarse.bound, optimum)
         tighter += got.bound > lower.lower_bound(inst, w, limits).F + 1e-9
-        pb = pool.prepare(inst, w, limits, aggregate=True)
-        assert pb is not None
-        placed = pool.round_by_jobs(inst, pb, coarse, time.monotonic() + 30)
+        placed = pool.round_by_jobs(inst, pb, got, time.monotonic() + 30)
         if placed is not None:
             assert not violations(inst, placed), seed
             assert optimum - 1e-9 <= score(inst, placed, w, limits).F
@@ -68,12 +43,11 @@ def test_pool_bound_never_exceeds_the_enumerated_optimum() -> None:
 def test_pool_bound_holds_with_drained_and_down_hosts_and_a_current_placement() -> None:
     checked = 0
     for seed, inst, placements, w in drained_cases():
-        got = _bound(inst, w)
-        assert got is not None
+        pb = pool.prepare(inst, w, bounds(inst))
+        assert pb is not None
+        got = pool.solve(pb, time.monotonic() + 5)
         optimum = min(score(inst, a, w, bounds(inst)).F for a in placements)
         assert got.bound <= optimum + 1e-9, seed
-        coarse = _bound(inst, w, aggregate=True)
-        assert coarse is not None and coarse.bound <= optimum + 1e-9, seed
         checked += 1
     assert checked > 50
 
@@ -83,7 +57,7 @@ def test_a_bound_cut_short_is_still_valid() -> None:
     inst = build_instance(cluster, workload)
     w = Weights(6, 10, 4)
     pb = pool.prepare(inst, w, bounds(inst))
-    assert pb is not None
+    assert pb is not None and len(pb.groups) <= 6  # one group per container size and class
     full = pool.solve(pb, time.monotonic() + 30)
     assert full.converged and full.lp is not None
     # The Lagrangian bound meets the master's value when nothing prices out.
@@ -100,7 +74,7 @@ def test_realistic_snapshot_rounds_to_a_placement_close_to_the_bound(seed: int) 
     inst = build_instance(cluster, workload)
     w = Weights(6, 10, 4)
     limits = bounds(inst)
-    pb = pool.prepare(inst, w, limits, aggregate=True)
+    pb = pool.prepare(inst, w, limits)
     assert pb is not None
     got = pool.solve(pb, time.monotonic() + 30)
     assert got.converged
@@ -133,20 +107,6 @@ def test_regroup_changes_only_traffic_and_migration_and_never_for_the_worse() ->
         assert after_o.C < before_o.C, seed  # a random placement always has racks to mend
 
 
-def test_aggregated_groups_bound_as_much_from_a_few_groups() -> None:
-    # Realistic jobs have devils of one size each, where merging jobs loses nothing: the
-    # aggregated problem proves the per-job bound from six groups instead of hundreds.
-    cluster, workload, _ = generate(RealisticSpec(hosts=96, seed=4)).models()
-    inst = build_instance(cluster, workload)
-    w = Weights(6, 10, 4)
-    fine, coarse = _bound(inst, w, 30), _bound(inst, w, 30, aggregate=True)
-    assert fine is not None and coarse is not None and fine.converged and coarse.converged
-    pb = pool.prepare(inst, w, bounds(inst), aggregate=True)
-    assert pb is not None and len(pb.groups) <= 6
-    assert math.isclose(fine.bound, coarse.bound, rel_tol=1e-6)
-    assert coarse.rounds < fine.rounds
-
-
 def test_rounding_leaves_drained_hosts_out_and_says_its_value_is_no_bound() -> None:
     cluster, workload, current = generate(RealisticSpec(hosts=120, seed=6, current=True)).models()
     inst = build_instance(cluster, workload, current)
@@ -155,7 +115,7 @@ def test_rounding_leaves_drained_hosts_out_and_says_its_value_is_no_bound() -> N
     assert holding, "the snapshot should have a drained host with residents"
     w = Weights(6, 10, 4, 2)
     relaxed = pool.prepare(inst, w, bounds(inst))
-    placing = pool.prepare(inst, w, bounds(inst), aggregate=True, up_only=True)
+    placing = pool.prepare(inst, w, bounds(inst), up_only=True)
     assert relaxed is not None and placing is not None
     assert not relaxed.restricted and placing.restricted
     assert holding <= {hi for t in relaxed.types for hi in t.hosts}

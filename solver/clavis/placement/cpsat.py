@@ -87,7 +87,7 @@ CALM_SHARE = 0.3
 # The pool turn (pool.py: joint P-D bound by column generation, and a placement rounded
 # from it) ends by this share of the budget, on instances without a rack problem.
 POOL_END_SHARE = 0.5
-# With a rack problem or a repack only the aggregated pool bound runs (it settles in a
+# With a rack problem or a repack only the pool bound runs (it settles in a
 # few rounds), for this share of the budget at most.
 POOL_BOUND_SHARE = 0.05
 # Exchanging alike hosts' contents to bring jobs into racks (regroup.py) after it ends by
@@ -412,18 +412,20 @@ def _pool_turn(
         deadline = time.monotonic() + options.time_limit * POOL_END_SHARE - watch.elapsed
     else:  # a budget of its own: the warm start may already have passed that share
         deadline = time.monotonic() + options.time_limit * POOL_BOUND_SHARE
-    coarse = pool.prepare(inst, weights, limits, aggregate=True)
-    if coarse is None:
+    relaxed = pool.prepare(inst, weights, limits)
+    if relaxed is None:
         return floor, hint, start
-    # Aggregated groups (six at most): it settles in a few rounds at any size.
-    answer = pool.solve(coarse, deadline)
+    # Six groups at most: it settles in a few rounds at any size.
+    answer = pool.solve(relaxed, deadline)
     floor = max(floor, answer.bound)
     if not place:
         return floor, hint, start
     # Drained hosts may keep only their residents: the placement uses up hosts only.
-    placing = pool.prepare(inst, weights, limits, aggregate=True, up_only=True)
-    if placing is not None and placing.restricted:
-        answer = pool.solve(placing, deadline)
+    placing: pool.PoolProblem | None = relaxed
+    if any(inst.hosts[hi].state != "up" for ht in relaxed.types for hi in ht.hosts):
+        placing = pool.prepare(inst, weights, limits, up_only=True)
+        if placing is not None:
+            answer = pool.solve(placing, deadline)
     rounded = None if placing is None else pool.round_by_jobs(inst, placing, answer, deadline)
     if rounded is None:
         return floor, hint, start

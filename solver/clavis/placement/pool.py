@@ -7,14 +7,16 @@ never get it, and the relaxations of lower.py price P and D nearly apart, so at 
 hosts the proven gap stayed near 30%. This bound joins P and D as the thesis's elaborate
 bounding does (§5.5.2), for the whole cluster instead of one rack:
 
-* A *pattern* is what one host runs: a count per container group (cores and class; or
-  job, cores and class, which proves the same when each job's devils have one size).
+* A *pattern* is what one host runs: a count per container group (all containers of one
+  size and class, whatever their job: at most six groups, so it settles in a few rounds at
+  any size).
   Its watts follow from it (switch-on plus slope per busy core), and so does whether it
   is *calm* (at most one devil container, or devil cores within the host's tolerance).
 * Choosing how many hosts of each type run each pattern, every container covered once,
   is the placement problem without racks. The straggler rule is kept in its linear
-  relaxation: job j lags by a share y_j in [0, 1], its devils on contended patterns are
-  at most y_j times their count, and D is the sum of y_j times its devil cores.
+  relaxation: each size of job j's devils lags by a share y in [0, 1], at most y of them
+  sit on contended patterns, and D is the sum of y times their cores. A job lags if any
+  part does, so charging its parts apart counts no more than the whole job.
 * Column generation solves the linear relaxation. The pricing problem (the best pattern
   of one host type for given duals) is a knapsack over a host's cores, solved exactly by
   dynamic programming over the few container sizes. Every round gives a valid Lagrangian
@@ -67,9 +69,8 @@ class HostType:
 
 @dataclass(frozen=True)
 class PoolGroup:
-    """Containers of one job with one size and class: interchangeable for P and D."""
+    """Containers of one size and class: interchangeable for P and D, whatever the job."""
 
-    job: int
     cores: int
     devil: bool
     members: tuple[int, ...]
@@ -77,13 +78,14 @@ class PoolGroup:
 
 @dataclass(frozen=True)
 class Straggler:
-    """A straggler share y in [0, 1]: what lags of a job (of its devils of one size when
-    groups are aggregated). ``rows``: the devil groups whose copies on contended patterns
-    it bounds, with y's coefficient there; ``cost``: weighted devil cores if it lags whole,
-    less the traffic it is spared when it need not stay calm (lower.calm_crossing)."""
+    """A straggler share y in [0, 1]: what lags of a job's devils of one size (``group``,
+    ``devils`` of them, at most y of which sit on contended patterns). ``cost``: their
+    weighted cores if they lag whole, less their part of the traffic the job is spared
+    when it need not stay calm (lower.calm_crossing)."""
 
     job: int
-    rows: tuple[tuple[int, float], ...]
+    group: int
+    devils: int
     cost: float
 
 
@@ -92,7 +94,6 @@ class PoolProblem:
     types: tuple[HostType, ...]
     groups: tuple[PoolGroup, ...]
     units: tuple[Straggler, ...]
-    aggregated: bool  # groups merge jobs (cores and class only): a bound, no rounding
     restricted: bool  # some usable hosts left out: its value is no lower bound
     k_p: float
     k_d: float
@@ -123,14 +124,11 @@ def prepare(
     weights: Weights,
     limits: Bounds,
     *,
-    aggregate: bool = False,
     up_only: bool = False,
 ) -> PoolProblem | None:
-    """The pool problem of an instance; None when nothing can run. ``aggregate`` merges
-    the groups of all jobs (by cores and class): the same bound up to jobs with devils of
-    several sizes, from a few groups instead of thousands, but nothing to round.
-    ``up_only`` leaves out drained hosts (they may keep only their residents), for
-    rounding: the problem is then no relaxation and its value no bound (``restricted``)."""
+    """The pool problem of an instance; None when nothing can run. ``up_only`` leaves
+    out drained hosts (they may keep only their residents), for rounding: the problem is
+    then no relaxation and its value no bound (``restricted``)."""
     usable = _capacities(inst)
     restricted = up_only and any(inst.hosts[hi].state != "up" for hi, _ in usable)
     if up_only:
@@ -143,11 +141,11 @@ def prepare(
         h = inst.hosts[hi]
         kinds[(cap, min(h.devil_tolerance, cap), h.idle_w - h.empty_w, h.slope_w)].append(hi)
     types = tuple(HostType(c, t, s, r, tuple(hs)) for (c, t, s, r), hs in sorted(kinds.items()))
-    members: dict[tuple[int, int, bool], list[int]] = defaultdict(list)
+    members: dict[tuple[int, bool], list[int]] = defaultdict(list)
     for ci, c in enumerate(inst.containers):
-        members[(-1 if aggregate else c.job, c.cores, c.devil)].append(ci)
-    groups = tuple(PoolGroup(j, n, d, tuple(ms)) for (j, n, d), ms in sorted(members.items()))
-    group_of = {(j, n, d): gi for gi, (j, n, d) in enumerate(sorted(members))}
+        members[(c.cores, c.devil)].append(ci)
+    groups = tuple(PoolGroup(n, d, tuple(ms)) for (n, d), ms in sorted(members.items()))
+    group_of = {key: gi for gi, key in enumerate(sorted(members))}
     parts: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))  # job: size: count
     for c in inst.containers:
         if c.devil:
@@ -155,27 +153,17 @@ def prepare(
     # A calm job spreads its devils and pays traffic for it (lower.calm_crossing): charged
     # unless it lags, as the sum of penalty * (1 - y).
     crossing = calm_crossing(inst) if k_c > 0 else {}
+    per_byte = k_c * host_cost(inst)
     units, penalties = [], 0.0
     for job in sorted(parts):
         cores = sum(size * n for size, n in parts[job].items())
-        penalty = k_c * host_cost(inst) * crossing.get(job, 0.0)
+        penalty = per_byte * crossing.get(job, 0.0)
         penalties += penalty
-        if not aggregate:
-            rows = tuple(
-                (group_of[(job, size, True)], float(n)) for size, n in sorted(parts[job].items())
-            )
-            units.append(Straggler(job, rows, k_d * cores - penalty))
-            continue
-        # Each size of the job's devils its own share: a job lags if any part does, so
-        # charging parts apart counts no more than the whole job (a relaxation).
         for size, n in sorted(parts[job].items()):
             share = size * n / cores
-            rows = ((group_of[(-1, size, True)], float(n)),)
-            units.append(Straggler(job, rows, share * (k_d * cores - penalty)))
+            units.append(Straggler(job, group_of[(size, True)], n, share * (k_d * cores - penalty)))
     constant = offset + k_p * sum(h.empty_w for h in inst.hosts) + k_c * traffic_floor(inst)
-    return PoolProblem(
-        types, groups, tuple(units), aggregate, restricted, k_p, k_d, constant + penalties
-    )
+    return PoolProblem(types, groups, tuple(units), restricted, k_p, k_d, constant + penalties)
 
 
 # --- pricing: the best patterns of one host type ---------------------------------------
@@ -292,9 +280,9 @@ def _column(pb: PoolProblem, t: int, counts: list[int], *, calm: bool) -> PoolCo
 
 class _Master:
     """The restricted master LP, kept in one GLOP model that grows by columns and
-    re-solves from its last basis: columns, a share y per devil job and an uncovered
-    slack per group (cost BIG) under cover rows (=), at most the hosts of each type, and
-    per devil group its copies on contended columns within y times its size."""
+    re-solves from its last basis: columns, the straggler shares y and an uncovered slack
+    per group (cost BIG) under cover rows (=), at most the hosts of each type, and per
+    devil group its copies on contended columns within the devils its shares let lag."""
 
     def __init__(self, pb: PoolProblem) -> None:
         self.pb = pb
@@ -312,8 +300,7 @@ class _Master:
         for unit in pb.units:
             y = lp.NumVar(0.0, 1.0, "")
             objective.SetCoefficient(y, unit.cost)
-            for gi, coef in unit.rows:
-                self.straggle[gi].SetCoefficient(y, -coef)
+            self.straggle[unit.group].SetCoefficient(y, -float(unit.devils))
             self.y.append(y)
         for gi in range(len(pb.groups)):
             slack = lp.NumVar(0.0, inf, "")
@@ -367,7 +354,7 @@ class _Solved:
     lam: np.ndarray  # straggler duals, >= 0 per group (0 for turtles)
     rho: np.ndarray  # host count duals, <= 0 per type
     x: np.ndarray  # per column
-    y: np.ndarray  # per devil job
+    y: np.ndarray  # per straggler share
 
 
 def _lagrangian(pb: PoolProblem, pi: np.ndarray, lam: np.ndarray, best_rc: list[float]) -> float:
@@ -379,7 +366,7 @@ def _lagrangian(pb: PoolProblem, pi: np.ndarray, lam: np.ndarray, best_rc: list[
     value = float(np.dot(pi, [len(g.members) for g in pb.groups]))
     value += sum(len(ht.hosts) * min(0.0, rc) for ht, rc in zip(pb.types, best_rc, strict=True))
     for unit in pb.units:
-        value += min(0.0, unit.cost - sum(float(lam[gi]) * coef for gi, coef in unit.rows))
+        value += min(0.0, unit.cost - float(lam[unit.group]) * unit.devils)
     return value
 
 
@@ -471,7 +458,7 @@ def solve(pb: PoolProblem, deadline: float) -> PoolAnswer:
 
 @dataclass
 class _Host:
-    """A host template being filled: a count per (aggregated) group."""
+    """A host template being filled: a count per group."""
 
     host_type: int
     counts: list[int]
@@ -571,12 +558,10 @@ def _lagging_enough(
                 if n and pb.groups[gi].devil:
                     slots[pb.groups[gi].cores] += n
     devils: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))  # size: job: n
-    for c in inst.containers:
-        if c.devil:
-            devils[c.cores][c.job] += 1
     job_cores: dict[int, int] = defaultdict(int)
     for c in inst.containers:
         if c.devil:
+            devils[c.cores][c.job] += 1
             job_cores[c.job] += c.cores
     for size, need in slots.items():
         have = sum(n for j, n in devils[size].items() if j in lagging)
@@ -601,14 +586,14 @@ def _traffic_by_job(inst: Instance) -> dict[int, float]:
 def round_by_jobs(
     inst: Instance, pb: PoolProblem, answer: PoolAnswer, deadline: float
 ) -> Assignment | None:
-    """A placement from the aggregated master: its patterns become host templates (a
+    """A placement from the master: its patterns become host templates (a
     count of slots per container size and class, calm or not), laid on the hosts of
     each type in rack order, and the jobs fill them one at a time, most traffic first,
     each container on a host of its job if a slot fits there, else in the rack of its
     job's last container, else in the rack with most such slots: so jobs stay on few
     hosts and racks. A calm job's devils take calm hosts only; contended hosts take the
     devils of lagging jobs (more jobs lag if the templates hold more)."""
-    if not answer.columns or not pb.aggregated:
+    if not answer.columns:
         return None
     left = [len(g.members) for g in pb.groups]
     hosts = _whole_patterns(pb, answer, left)
