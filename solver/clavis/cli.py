@@ -17,6 +17,7 @@ from pydantic import BaseModel
 
 from clavis import cli_generate, cli_service
 from clavis.cli_pareto import add_parsers
+from clavis.cli_replay import cmd_replay
 from clavis.documents import (
     InputError,
     load_cluster,
@@ -32,6 +33,7 @@ from clavis.objectives import Weights, bounds, score, violations
 from clavis.placement import METHODS, Progress, SolveOptions, place
 from clavis.placement.exact import TooLargeError
 from clavis.report import host_table, score_table, solution_document, summary
+from clavis.service.replay import WALL_CLOCK_TOLERANCE, ReplayRecord
 
 EXIT_OK, EXIT_NO_SOLUTION, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -118,7 +120,23 @@ class _Ticker:
             self._print(f"  {p.seconds:7.2f} s  F {p.F:.6f}{bound}")
 
 
+# `clavis solve`'s defaults; None in the parser, so that --replay can tell a flag given
+SOLVE_DEFAULTS = {"method": "cpsat", "time_limit": 60.0, "seed": 0, "workers": 0}
+
+
 def cmd_solve(args: argparse.Namespace) -> int:
+    if args.replay is not None:
+        return cmd_replay(args)
+    if args.tolerance is not None:
+        raise InputError("--tolerance is for --replay")
+    missing = [f for f, v in (("--cluster", args.cluster), ("--workload", args.workload))
+               if v is None]  # fmt: skip
+    if missing or (args.weights is None and args.weights_file is None):
+        need = missing or ["--weights or --weights-file"]
+        raise InputError(f"solve needs {', '.join(need)} (or --replay RECORD)")
+    for name, value in SOLVE_DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     inst = _instance(args)
     weights = _weights(args)
     if args.time_limit <= 0:
@@ -180,6 +198,7 @@ SCHEMAS: dict[str, type[BaseModel]] = {
     "placement": Placement,
     "front": Front,
     "weights": WeightsFile,
+    "replay": ReplayRecord,
 }
 
 
@@ -195,11 +214,11 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _problem_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--cluster", required=True, help="cluster file (JSON or YAML)")
-    p.add_argument("--workload", required=True, help="workload file (JSON or YAML)")
+def _problem_args(p: argparse.ArgumentParser, required: bool = True) -> None:
+    p.add_argument("--cluster", required=required, help="cluster file (JSON or YAML)")
+    p.add_argument("--workload", required=required, help="workload file (JSON or YAML)")
     p.add_argument("--current", help="current placement; enables the migration objective M")
-    w = p.add_mutually_exclusive_group(required=True)
+    w = p.add_mutually_exclusive_group(required=required)
     w.add_argument("--weights", help="a,b,c[,m]: weights of P, D, C[, M]; scaled to sum 1")
     w.add_argument("--weights-file", help="weights JSON written by `clavis calibrate`")
 
@@ -208,12 +227,12 @@ def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="clavis", description=__doc__)
     sub = top.add_subparsers(dest="command", required=True)
 
-    s = sub.add_parser("solve", help="find a placement minimising F")
-    _problem_args(s)
-    s.add_argument("--method", choices=list(METHODS), default="cpsat")
-    s.add_argument("--time-limit", type=float, default=60.0, help="seconds (default 60)")
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--workers", type=int, default=0, help="solver threads; 0 = all cores")
+    s = sub.add_parser("solve", help="find a placement minimising F, or replay a clavisd plan")
+    _problem_args(s, required=False)  # required unless --replay (cmd_solve checks)
+    s.add_argument("--method", choices=list(METHODS), help="default cpsat")
+    s.add_argument("--time-limit", type=float, help="seconds (default 60)")
+    s.add_argument("--seed", type=int, help="default 0")
+    s.add_argument("--workers", type=int, help="solver threads; 0 = all cores (default)")
     s.add_argument(
         "--memory-limit",
         type=float,
@@ -223,6 +242,19 @@ def parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--out", help="write the placement and its score here (JSON)")
     s.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    s.add_argument(
+        "--replay",
+        metavar="RECORD",
+        help="a clavisd plan's replay record (`clavis plan export`): solve its documents "
+        "with its weights and options again and compare (--cluster: check it is this "
+        "cluster's); exit 0 reproduced, 1 not",
+    )
+    s.add_argument(
+        "--tolerance",
+        type=float,
+        help="with --replay of a wall-clock record: largest F difference still reproduced "
+        f"(default {WALL_CLOCK_TOLERANCE:g})",
+    )
     s.set_defaults(func=cmd_solve)
 
     e = sub.add_parser("evaluate", help="score a given placement")

@@ -26,6 +26,7 @@ from clavis.service import (
     calibration_api,
     history_api,
     hostpower_api,
+    replay,
     reports,
     ui_api,
     ui_static,
@@ -267,6 +268,29 @@ def plans(request: Request, _: Viewer) -> list[s.PlanOut]:
 @router.get("/plans/{plan_id}", response_model=s.PlanOut, responses={**_AUTH_ERRORS, 404: _ERR})
 def plan(request: Request, plan_id: PlanId, _: Viewer) -> s.PlanOut:
     return plan_out(_d(request), plan_id)
+
+
+# Not yet in the OpenAPI document: vismon-ui's committed copy of it must match what
+# clavisd serves (test_ui_openapi.py), and regenerating it is the UI's to do
+# (docs/clavisd.md, Decision replay). The record's schema: docs/schema/replay.schema.json.
+@router.get("/plans/{plan_id}/replay", include_in_schema=False)
+def plan_replay(request: Request, plan_id: PlanId, _: Viewer) -> Response:
+    """The plan's replay record (replay.py) exactly as stored, validated before it is sent;
+    404 for no such plan, or a plan stored before decision replay (store migration 6)."""
+    d = _d(request)
+    if d.store.plan(plan_id) is None:
+        raise HTTPException(404, f"no plan {plan_id}")
+    doc = d.store.plan_replay(plan_id)
+    if doc is None:
+        raise HTTPException(
+            404, f"plan {plan_id} has no replay record: it was stored before decision "
+            "replay (store migration 6) recorded a plan's inputs",
+        )  # fmt: skip
+    try:
+        replay.decode(doc, f"plan {plan_id}'s stored replay record")
+    except replay.ReplayError as exc:
+        raise HTTPException(409, str(exc)) from None
+    return Response(doc, media_type="application/json")
 
 
 @router.post("/repack", response_model=s.RepackOut, responses={**_AUTH_ERRORS, 422: _ERR})

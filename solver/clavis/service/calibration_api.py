@@ -15,8 +15,9 @@ from sqlalchemy import insert, select
 
 from clavis.calibrate import CalibrationError, Outcome, calibrate
 from clavis.documents import describe
-from clavis.model import CalibrationOutcome, Cluster, Front, ObjectiveValues, WeightsFile
+from clavis.model import CalibrationOutcome, Front, ObjectiveValues, WeightsFile
 from clavis.service import tables as t
+from clavis.service.snapshot import cluster_mismatch
 
 if TYPE_CHECKING:
     from clavis.service.daemon import Clavisd
@@ -62,26 +63,6 @@ def _outcome(
     full = dict.fromkeys("PDCM", 0.0) | dict(zip(names, o.weights, strict=True))
     return CalibrationOutcome(method=name, weights=ObjectiveValues(**full), residual=o.residual,
                               regret=o.regret)  # fmt: skip
-
-
-def cluster_mismatch(theirs: Cluster, ours: Cluster) -> str | None:
-    """How a front's cluster differs from clavisd's (its name, hosts, their racks and
-    cores), or None. Weights calibrated on another cluster's trade-offs would steer this one
-    by numbers that do not describe it. Power and host states may differ: a front is
-    often computed from a snapshot, with fitted power models and draining hosts."""
-    if theirs.name != ours.name:
-        return f"cluster {theirs.name!r}, but clavisd runs {ours.name!r}"
-    mine = {h.name: h for h in ours.hosts}
-    given = {h.name: h for h in theirs.hosts}
-    missing, extra = sorted(mine.keys() - given.keys()), sorted(given.keys() - mine.keys())
-    if missing or extra:
-        return f"hosts not in the front: {missing[:5]}; hosts not in this cluster: {extra[:5]}"
-    for name, h in sorted(given.items()):
-        here = mine[name]
-        if (h.cores, h.rack) != (here.cores, here.rack):
-            return (f"host {name!r} has {h.cores} cores in rack {h.rack!r} in the front, "
-                    f"{here.cores} in rack {here.rack!r} here")  # fmt: skip
-    return None
 
 
 def weights_from_picks(front: Front, sha256: str, picks: list[int],

@@ -173,6 +173,14 @@ class RepackConfig(_Section):
     method: str = Field(default="cpsat", description="Placement method (`clavis solve`).")
     time_limit_s: float = Field(default=60.0, gt=0, description="Solver time per pass.")
     workers: int = Field(default=2, ge=0, description="Solver threads; 0 = all cores.")
+    seed: int = Field(default=0, description="Solver random seed (`clavis solve --seed`).")
+    deterministic: bool = Field(
+        default=False,
+        description="Plan with CP-SAT alone on one worker and time_limit_s as its "
+        "deterministic time, so `clavis solve --replay` gives the same placement; off: the "
+        "solver's search turns on the wall clock (better plans, a replay compares F within "
+        "a tolerance; docs/clavisd.md, Decision replay).",
+    )
     parallelism: int = Field(default=2, ge=1, description="Migrations at once (per wave).")
     step_deadline_s: float = Field(
         default=600.0, gt=0, description="An agent rolls a step back after this."

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import logging
 import sys
 import threading
@@ -24,7 +25,7 @@ from pydantic_core import to_jsonable_python
 from clavis.documents import InputError, load_cluster
 from clavis.model import WeightsFile
 from clavis.objectives import Weights
-from clavis.service import advice, maintenance, snapshot
+from clavis.service import advice, maintenance, replay, snapshot
 from clavis.service.advice_worker import AdviceWorker, build_document
 from clavis.service.agents import MigratorClient
 from clavis.service.api import plan_out, serve
@@ -39,7 +40,7 @@ from clavis.service.limits import guarded_protocol
 from clavis.service.maintenance import Task
 from clavis.service.pausepoints import pause_point
 from clavis.service.power import FitError, fit
-from clavis.service.repack import Executor, decide
+from clavis.service.repack import Decision, Executor, decide
 from clavis.service.schemas import (
     DeferredMove,
     PlanOut,
@@ -47,6 +48,7 @@ from clavis.service.schemas import (
     ProposedStep,
     RepackOut,
 )
+from clavis.service.snapshot import Snapshot
 from clavis.service.store import Store, StoreError
 from clavis.service.tables import MIGRATIONS
 from clavis.service.writer import ProcessIngestor
@@ -222,11 +224,16 @@ class Clavisd:
         )  # fmt: skip
 
     def weights(self) -> tuple[Weights, Literal["calibrated", "configured"]]:
-        doc = self.store.current_weights()
-        if doc is not None:
-            w = WeightsFile.model_validate_json(doc).weights
-            return Weights(w.P, w.D, w.C, w.M), "calibrated"
-        return Weights(*self.config.repack.default_weights), "configured"
+        w, source, _ = self.current_weights()
+        return w, source
+
+    def current_weights(self) -> tuple[Weights, Literal["calibrated", "configured"], int | None]:
+        """The newest stored weights file (and its id), else repack.default_weights."""
+        row = self.store.current_weights()
+        if row is not None:
+            w = WeightsFile.model_validate_json(row[1]).weights
+            return Weights(w.P, w.D, w.C, w.M), "calibrated", row[0]
+        return Weights(*self.config.repack.default_weights), "configured", None
 
     def fit_power_models(self, now: float) -> tuple[list[dict[str, Any]], dict[str, str]]:
         fitted, refused = [], {}
@@ -252,8 +259,9 @@ class Clavisd:
             if self.executor.busy():
                 return busy
             now = time.time()
-            weights, _ = self.weights()
-            d = decide(self.snapshot(now), weights, self.config.repack)
+            weights, source, weights_id = self.current_weights()
+            snap = self.snapshot(now)
+            d = decide(snap, weights, self.config.repack)
             if d.plan is None:
                 return RepackOut(decision=d.decision, f_current=d.f_current,
                                  f_target=d.f_target, message=d.message, plan=None,
@@ -274,11 +282,14 @@ class Clavisd:
                 if d.raw_solver is not None:
                     objectives["solver"] = asdict(d.raw_solver)
                 summary["objectives"] = objectives
+            record = self._replay_record(snap, d, weights, source=source, weights_id=weights_id,
+                                         now=now)  # fmt: skip
             if not apply or d.decision == "deferred":
                 # Shown, not stored; an older pending plan stays. A deferred decision has
-                # nothing worth starting even with apply.
+                # nothing worth starting even with apply. Its replay record goes with it.
+                shown = {**summary, "replay": json.loads(replay.encode(record))}
                 proposal = ProposedPlan(f_current=f_current, f_target=f_target,
-                                        f_solver=f_solver, summary=summary,
+                                        f_solver=f_solver, summary=shown,
                                         steps=[ProposedStep(**s) for s in steps],
                                         deferred=deferred)  # fmt: skip
                 note = "" if d.decision == "deferred" else "; dry run: nothing stored"
@@ -288,8 +299,10 @@ class Clavisd:
             for old in self.store.plans(["pending"]):
                 self.store.set_plan(old.id, "superseded", "a newer plan replaced it", now)
             # Stored as running: a restart after a crash from here on resumes it.
-            plan_id = self.store.create_plan(f_current, f_target, summary, steps, now,
-                                             state="running")  # fmt: skip
+            plan_id = self.store.create_plan(
+                f_current, f_target, summary, steps, now, state="running",
+                replay=lambda plan: replay.encode(record.model_copy(update={"plan": plan})),
+            )  # fmt: skip
             pause_point("plan-created")
             try:
                 self.executor.start(plan_id)
@@ -305,6 +318,21 @@ class Clavisd:
                              message=message, plan=out, proposal=None)  # fmt: skip
         finally:
             self._repack_lock.release()
+
+    def _replay_record(
+        self, snap: Snapshot, d: Decision, weights: Weights, *,
+        source: Literal["calibrated", "configured"], weights_id: int | None, now: float,
+    ) -> replay.ReplayRecord:  # fmt: skip
+        """What this plan was made from (replay.py): the documents decide gave the solver,
+        the weights, the resolved options and the solver's answer."""
+        assert snap.workload is not None and d.solved is not None and d.options is not None
+        assert d.decision in ("planned", "deferred")
+        return replay.record_of(
+            cluster=snap.cluster, workload=snap.workload, current=snap.current,
+            weights=weights, weights_source=source, weights_id=weights_id,
+            method=self.config.repack.method, options=d.options, result=d.solved,
+            decision=d.decision, margin=self.config.repack.margin, made=now,
+        )  # fmt: skip
 
     def start_plan(self, plan_id: int) -> None:
         self.executor.start(plan_id)

@@ -21,6 +21,8 @@ from clavis.documents import InputError
 from clavis.instance import build_instance
 from clavis.objectives import Objectives, Weights, contended_hosts, score, violations
 from clavis.placement import SolveOptions, place
+from clavis.placement.guard import default_memory_budget
+from clavis.placement.result import PlacementResult
 from clavis.service.agents import AgentProtocolError, AgentUnavailableError, MigratorClient
 from clavis.service.config import RepackConfig
 from clavis.service.pausepoints import pause_point
@@ -52,6 +54,18 @@ class Decision:
     raw_current: Objectives | None = None
     raw_target: Objectives | None = None
     raw_solver: Objectives | None = None
+    # What the solver was asked and answered, for the plan's replay record (replay.py)
+    solved: PlacementResult | None = None
+    options: SolveOptions | None = None
+
+
+def solve_options(cfg: RepackConfig, current: tuple[int, ...]) -> SolveOptions:
+    """What a repack asks of the solver, every value resolved (threads, memory budget) so
+    that the replay record states exactly what the solve was given."""
+    workers = cfg.workers or SolveOptions(workers=0).threads
+    return SolveOptions(time_limit=cfg.time_limit_s, seed=cfg.seed, workers=workers,
+                        hint=current, deterministic=cfg.deterministic,
+                        memory_limit=default_memory_budget())  # fmt: skip
 
 
 def describe_moves(moves: tuple[Move, ...], limit: int = 5) -> str:
@@ -69,7 +83,7 @@ def decide(snap: Snapshot, weights: Weights, cfg: RepackConfig) -> Decision:
         return Decision("no-solution", None, None, str(exc), None)
     current = tuple(h for h in inst.current if h is not None)
     now_score = score(inst, current, weights)
-    options = SolveOptions(time_limit=cfg.time_limit_s, workers=cfg.workers, hint=current)
+    options = solve_options(cfg, current)
     result = place(cfg.method, inst, weights, options)
     if result.assignment is None or result.score is None:
         return Decision("no-solution", now_score.F, None, f"solver: {result.status}", None)
@@ -125,12 +139,12 @@ def decide(snap: Snapshot, weights: Weights, cfg: RepackConfig) -> Decision:
                             f"steps that can would reach F {reached_f:.4f}, not more than "
                             f"repack.margin {cfg.margin:g} better: nothing planned{deferred}",
                             plan, hot, solver_f, now_score.raw, reached_raw,
-                            result.score.raw)  # fmt: skip
+                            result.score.raw, result, options)  # fmt: skip
     return Decision("planned", now_score.F, reached_f,
                     f"F {now_score.F:.4f} -> {reached_f:.4f} ({result.method} "
                     f"{result.status}); {len(plan.steps)} steps in {plan.waves} waves"
                     + deferred, plan, hot, solver_f, now_score.raw, reached_raw,
-                            result.score.raw)  # fmt: skip
+                            result.score.raw, result, options)  # fmt: skip
 
 
 class Executor:

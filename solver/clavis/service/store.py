@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -287,19 +287,22 @@ class Store:
             r = conn.execute(insert(t.weights).values(created=now, user=user, doc=doc))
             return int(r.inserted_primary_key[0])  # type: ignore[index]
 
-    def current_weights(self) -> str | None:
-        q = select(t.weights.c.doc).order_by(t.weights.c.id.desc()).limit(1)
+    def current_weights(self) -> tuple[int, str] | None:
+        """The newest stored weights file: its id and document."""
+        q = select(t.weights.c.id, t.weights.c.doc).order_by(t.weights.c.id.desc()).limit(1)
         with self.engine.connect() as conn:
-            return conn.execute(q).scalar_one_or_none()
+            r = conn.execute(q).first()
+        return None if r is None else (int(r[0]), str(r[1]))
 
     # --- plans and steps (the audit log) ------------------------------------------------
 
     def create_plan(
         self, f_current: float, f_target: float, summary: dict[str, Any],
         steps: Iterable[Mapping[str, Any]], now: float, *, state: str = "pending",
+        replay: Callable[[int], str] | None = None,
     ) -> int:  # fmt: skip
-        """One transaction: the plan (in ``state``), its steps and the plan's first audit
-        event, or nothing."""
+        """One transaction: the plan (in ``state``), its steps, the plan's first audit
+        event and its replay record (``replay(plan id)``, replay.encode), or nothing."""
         with self.engine.begin() as conn:
             r = conn.execute(
                 insert(t.plans).values(
@@ -318,8 +321,19 @@ class Store:
             events = [{"plan": plan, "idx": None, "state": state, "message": "planned",
                        "ts": now}]  # fmt: skip
             conn.execute(insert(t.step_events), events)
+            if replay is not None:
+                conn.execute(insert(t.plan_replays).values(plan=plan, created=now,
+                                                           doc=replay(plan)))  # fmt: skip
             pause_point("plan-insert")
             return plan
+
+    def plan_replay(self, plan: int) -> str | None:
+        """The plan's replay record as stored (JSON), None when it has none (a plan stored
+        before store migration 6)."""
+        q = select(t.plan_replays.c.doc).where(t.plan_replays.c.plan == plan)
+        with self.engine.connect() as conn:
+            doc: str | None = conn.execute(q).scalar_one_or_none()
+        return doc
 
     def plan(self, plan: int) -> PlanRow | None:
         with self.engine.connect() as conn:

@@ -234,6 +234,16 @@ nonces = Table(
 )  # fmt: skip
 Index("nonces_signed", nonces.c.signed)
 
+# Decision replay (replay.py): the exact solver documents, weights and options a plan was
+# made from, and the solver's answer, as one versioned JSON record per plan, written in the
+# transaction that stores the plan. Plans stored before migration 6 have none.
+plan_replays = Table(
+    "plan_replays", meta,
+    Column("plan", Integer, primary_key=True),
+    Column("created", Float, nullable=False),
+    Column("doc", Text, nullable=False),  # a ReplayRecord (replay.py), schema_version inside
+)  # fmt: skip
+
 
 def _v1(conn: Connection) -> None:
     meta.create_all(conn, tables=V1_TABLES)
@@ -259,6 +269,10 @@ def _v5(conn: Connection) -> None:
     meta.create_all(conn, tables=[power_events])
 
 
+def _v6(conn: Connection) -> None:
+    meta.create_all(conn, tables=[plan_replays])
+
+
 Migration = tuple[int, str, Callable[[Connection], None]]
 MIGRATIONS: Final[list[Migration]] = [
     (1, "hosts, containers, jobs, samples, classes, power models, fronts, weights, plans", _v1),
@@ -266,6 +280,7 @@ MIGRATIONS: Final[list[Migration]] = [
     (3, "containers.class_hint: the user's --clavis-class, reported from schema 2 on", _v3),
     (4, "sessions.credential: a session ends when its user's role or password changes", _v4),
     (5, "power_events: the audit log of BMC power actions (host power)", _v5),
+    (6, "plan_replays: the solver inputs and options of each plan (decision replay)", _v6),
 ]
 
 
