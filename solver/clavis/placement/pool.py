@@ -36,6 +36,7 @@ racks; the host search then polishes the result.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections import defaultdict
@@ -58,13 +59,25 @@ MAX_ROUNDS = 2000  # column generation rounds at most, whatever the time limit
 
 @dataclass(frozen=True)
 class HostType:
-    """Usable hosts alike in everything P and D see; ``hosts`` lists them."""
+    """Usable hosts alike in everything P and D see; ``hosts`` lists them. A host with
+    residents in a repack (M weighted) is a type of its own: ``keep`` holds, per group,
+    the weighted bytes each resident of that group saves by staying, largest first, and
+    a drained one runs its residents only (``residents_only``)."""
 
     cores: int
     tolerance: int
     switch_on: float  # idle - empty watts
     slope: float
     hosts: tuple[int, ...]
+    keep: tuple[tuple[float, ...], ...] = ()  # per group; () when nothing stays
+    residents_only: bool = False
+
+    def kept(self, counts: tuple[int, ...] | list[int]) -> float:
+        """Weighted bytes the pattern keeps at most: its n members of a group are that
+        group's n largest residents (M is least when the largest stay)."""
+        if not self.keep:
+            return 0.0
+        return sum(sum(gains[:n]) for gains, n in zip(self.keep, counts, strict=True) if n)
 
 
 @dataclass(frozen=True)
@@ -135,17 +148,25 @@ def prepare(
         usable = [(hi, cap) for hi, cap in usable if inst.hosts[hi].state == "up"]
     if not inst.containers or not usable:
         return None
-    (k_p, k_d, k_c, _k_m), offset = limits.linear(weights)
-    kinds: dict[tuple[int, int, float, float], list[int]] = defaultdict(list)
-    for hi, cap in usable:
-        h = inst.hosts[hi]
-        kinds[(cap, min(h.devil_tolerance, cap), h.idle_w - h.empty_w, h.slope_w)].append(hi)
-    types = tuple(HostType(c, t, s, r, tuple(hs)) for (c, t, s, r), hs in sorted(kinds.items()))
+    (k_p, k_d, k_c, k_m), offset = limits.linear(weights)
     members: dict[tuple[int, bool], list[int]] = defaultdict(list)
     for ci, c in enumerate(inst.containers):
         members[(c.cores, c.devil)].append(ci)
     groups = tuple(PoolGroup(n, d, tuple(ms)) for (n, d), ms in sorted(members.items()))
     group_of = {key: gi for gi, key in enumerate(sorted(members))}
+    # M: every resident moves unless its host's pattern keeps it (HostType.keep).
+    gains = _resident_gains(inst, group_of, k_m) if k_m > 0 else {}
+    kinds: dict[tuple[int, int, float, float], list[int]] = defaultdict(list)
+    own: list[HostType] = []
+    for hi, cap in usable:
+        h = inst.hosts[hi]
+        kind = (cap, min(h.devil_tolerance, cap), h.idle_w - h.empty_w, h.slope_w)
+        if hi in gains:
+            own.append(HostType(*kind, (hi,), gains[hi], residents_only=h.state != "up"))
+        else:
+            kinds[kind].append(hi)
+    types = tuple(HostType(c, t, s, r, tuple(hs)) for (c, t, s, r), hs in sorted(kinds.items()))
+    types += tuple(own)
     parts: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))  # job: size: count
     for c in inst.containers:
         if c.devil:
@@ -163,10 +184,35 @@ def prepare(
             share = size * n / cores
             units.append(Straggler(job, group_of[(size, True)], n, share * (k_d * cores - penalty)))
     constant = offset + k_p * sum(h.empty_w for h in inst.hosts) + k_c * traffic_floor(inst)
+    # Every resident moved is the most M can be; what the patterns keep comes off it.
+    constant += sum(sum(sum(g) for g in keep) for keep in gains.values())
     return PoolProblem(types, groups, tuple(units), restricted, k_p, k_d, constant + penalties)
 
 
+def _resident_gains(
+    inst: Instance, group_of: dict[tuple[int, bool], int], k_m: float
+) -> dict[int, tuple[tuple[float, ...], ...]]:
+    """Per host with residents: per group, the weighted bytes of its residents of that
+    group, largest first."""
+    per: dict[int, list[list[float]]] = {}
+    for ci, hi in enumerate(inst.current):
+        if hi is None:
+            continue
+        c = inst.containers[ci]
+        lists = per.setdefault(hi, [[] for _ in group_of])
+        lists[group_of[(c.cores, c.devil)]].append(k_m * c.memory_bytes)
+    return {hi: tuple(tuple(sorted(g, reverse=True)) for g in lists) for hi, lists in per.items()}
+
+
 # --- pricing: the best patterns of one host type ---------------------------------------
+
+
+@functools.cache
+def _shifts(room: int, size: int, most: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per copy count k (rows) and capacity c (columns): the capacity c - k*size left
+    for the smaller sizes (clipped at 0) and whether it is not negative."""
+    left = np.arange(room + 1)[None, :] - size * np.arange(most + 1)[:, None]
+    return np.maximum(left, 0), left >= 0
 
 
 @dataclass(frozen=True)
@@ -193,19 +239,13 @@ class _Knapsack:
         takes = []
         for s, ranked in zip(sizes, lists, strict=True):
             most = room // s
-            prefix = [0.0]
-            for value, copies, _gi in ranked:
-                for _ in range(min(copies, most + 1 - len(prefix))):
-                    prefix.append(prefix[-1] + value)
-            new = best.copy()
-            take = np.zeros(room + 1, dtype=np.int64)
-            for k in range(1, len(prefix)):
-                shifted = np.full(room + 1, -np.inf)
-                shifted[k * s :] = best[: room + 1 - k * s] + prefix[k]
-                better = shifted > new + EPS
-                new = np.where(better, shifted, new)
-                take = np.where(better, k, take)
-            best = new
+            values = np.repeat([v for v, _n, _g in ranked], [min(n, most) for _v, n, _g in ranked])
+            prefix = np.concatenate(([0.0], np.cumsum(values[:most])))
+            # All copy counts k at once: row k holds best[c - k*s] + prefix[k].
+            source, valid = _shifts(room, s, len(prefix) - 1)
+            table = np.where(valid, best[source] + prefix[:, None], -np.inf)
+            take = np.argmax(table, axis=0)  # the fewest copies among equal values
+            best = table.max(axis=0)
             takes.append(take)
         return cls(best, tuple(takes), sizes, lists)
 
@@ -229,17 +269,23 @@ def _price(
     best calm one, and the best calm ones around a single devil of a few groups."""
     ht = pb.types[t]
     cap, tol = ht.cores, ht.tolerance
-    turtles, calm, contended = [], [], []
+    turtles: list[tuple[float, int, int, int]] = []
+    calm: list[tuple[float, int, int, int]] = []
+    contended: list[tuple[float, int, int, int]] = []
+    single: list[tuple[float, int, int]] = []  # per devil group: its best copy's value
     for gi, g in enumerate(pb.groups):
         if g.cores > cap:
             continue
         v = float(pi[gi]) - pb.k_p * ht.slope * g.cores
-        item = (v, g.cores, len(g.members), gi)
+        items = _copies(ht, gi, g.cores, v, len(g.members))
+        if not items:
+            continue
         if g.devil:
-            calm.append(item)
-            contended.append((v - float(lam[gi]), g.cores, len(g.members), gi))
+            calm += items
+            contended += [(value - float(lam[gi]), c, n, gi) for value, c, n, _ in items]
+            single.append((max(value for value, *_ in items), g.cores, gi))
         else:
-            turtles.append(item)
+            turtles += items
     turtle = _Knapsack.of(turtles, cap)
     picks: list[tuple[float, list[int], bool]] = []
     # Calm with devils within the tolerance (none at all included).
@@ -250,7 +296,7 @@ def _price(
     turtle.pick(cap - d, counts)
     picks.append((float(within.best[d] + turtle.best[cap - d]), counts, True))
     # Calm with one devil container above the tolerance, for the best few groups.
-    ones = sorted(((v + float(turtle.best[cap - c]), gi) for v, c, _n, gi in calm), reverse=True)
+    ones = sorted(((v + float(turtle.best[cap - c]), gi) for v, c, gi in single), reverse=True)
     for value, gi in ones[:ONE_DEVIL_COLUMNS]:
         counts = [0] * len(pb.groups)
         counts[gi] = 1
@@ -269,10 +315,25 @@ def _price(
     return out
 
 
+def _copies(
+    ht: HostType, gi: int, cores: int, value: float, members: int
+) -> list[tuple[float, int, int, int]]:
+    """Knapsack items (value, cores, copies, group) of group gi on host type ht: each
+    resident of the group its own copy, worth what it saves by staying on top, then the
+    rest of the group (none on a drained host, which runs its residents only)."""
+    gains = ht.keep[gi] if ht.keep else ()
+    out = [(value + gain, cores, 1, gi) for gain in gains]
+    rest = 0 if ht.residents_only else members - len(gains)
+    if rest > 0:
+        out.append((value, cores, rest, gi))
+    return out
+
+
 def _column(pb: PoolProblem, t: int, counts: list[int], *, calm: bool) -> PoolColumn:
     ht = pb.types[t]
     busy = sum(n * pb.groups[gi].cores for gi, n in enumerate(counts) if n)
-    return PoolColumn(t, tuple(counts), calm, pb.k_p * (ht.switch_on + ht.slope * busy))
+    watts = pb.k_p * (ht.switch_on + ht.slope * busy)
+    return PoolColumn(t, tuple(counts), calm, watts - ht.kept(counts))
 
 
 # --- the restricted master -------------------------------------------------------------
