@@ -1,4 +1,5 @@
-"""`clavis repack` and `clavis hash-password`: the head node's command-line side of clavisd.
+"""`clavis repack`, `clavis plan export` and `clavis hash-password`: the head node's
+command-line side of clavisd.
 
 `clavis repack` asks the running clavisd (signed with an admin key, so it runs as
 root on the head node, e.g. from the systemd timer) for one repacking pass. It never
@@ -9,6 +10,10 @@ Exit codes: 0 done (a plan printed or started, or nothing worth moving), 1 the p
 started (no migrator agent answered; the plan stays pending), no solution, or with
 ``--apply`` a plan whose runnable moves gain too little because others are deferred
 (decision ``deferred``; nothing stored), 2 bad input or clavisd unreachable.
+
+`clavis plan export ID --out FILE` writes a stored plan's replay record (docs/clavisd.md,
+"Decision replay") for `clavis solve --replay FILE`: exit 0 written, 2 refused (no such
+plan, a plan stored before decision replay, clavisd unreachable; nothing written).
 """
 
 from __future__ import annotations
@@ -19,16 +24,18 @@ import json
 import ssl
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from clavis.documents import InputError
+from clavis.documents import InputError, write_json_atomic
 from clavis.report import UNITS
+from clavis.service import replay
 from clavis.service.auth import hash_password
 from clavis.service.config import DEFAULT_PATH, ConfigError, load_config
-from clavis_contracts.keys import KeyFileError, load_keys
+from clavis_contracts.keys import AgentKey, KeyFileError, load_keys
 from clavis_contracts.signing import sign
 
 
@@ -82,7 +89,29 @@ def _objectives_line(doc: dict[str, Any]) -> str | None:
     return line
 
 
-def cmd_repack(args: argparse.Namespace) -> int:
+@dataclass(frozen=True)
+class _Clavisd:
+    """Where the running clavisd listens, and the admin key its requests are signed with."""
+
+    url: str
+    key: AgentKey = field(repr=False)
+    verify: ssl.SSLContext | bool
+    timeout: float
+
+    def call(self, method: str, path: str, body: bytes = b"") -> httpx.Response:
+        headers = {**sign(self.key.secret_bytes, method, path, body, time.time(),
+                          key_id=self.key.id), "Content-Type": "application/json"}  # fmt: skip
+        try:
+            r = httpx.request(method, self.url + path, content=body, headers=headers,
+                              timeout=self.timeout, verify=self.verify)  # fmt: skip
+        except httpx.HTTPError as exc:
+            raise InputError(f"clavisd at {self.url} did not answer: {exc}") from exc
+        if r.status_code != 200:
+            raise InputError(f"clavisd refused the request ({r.status_code}): {r.text[:500]}")
+        return r
+
+
+def _clavisd(args: argparse.Namespace) -> _Clavisd:
     try:
         config = load_config(Path(args.config))
         keys_file = Path(args.keys_file) if args.keys_file else config.security.agent_keys_file
@@ -96,17 +125,34 @@ def cmd_repack(args: argparse.Namespace) -> int:
     # HTTPS: trust the CA file given, else the server's own (self-signed) certificate,
     # else the system's CAs (docs/clavisd.md, TLS)
     ca = args.ca_file or (str(srv.tls_cert_file) if srv.tls_cert_file else None)
-    path = "/api/v1/repack"
+    verify = ssl.create_default_context(cafile=ca) if ca else True
+    return _Clavisd(url, key, verify, args.timeout)
+
+
+def _out_path(value: str | None, flag: str) -> Path | None:
+    out = Path(value) if value else None
+    if out is not None and not out.resolve().parent.is_dir():
+        raise InputError(f"{flag}: directory {out.resolve().parent} does not exist")
+    if out is not None and out.suffix.lower() != ".json":
+        raise InputError(f"{flag}: {out} must end in .json (a replay record is JSON)")
+    return out
+
+
+def _write_record(out: Path, text: str, source: str, plan: int | None) -> None:
+    """Write a replay record after validating it (replay.decode), and only if it is the
+    record of ``plan``."""
+    record = replay.decode(text, source)
+    if record.plan != plan:
+        raise InputError(f"{source}: plan: {record.plan}, expected {plan}")
+    write_json_atomic(out, json.loads(text))
+    print(f"wrote {out} (replay record; `clavis solve --replay {out}`)")
+
+
+def cmd_repack(args: argparse.Namespace) -> int:
+    replay_out = _out_path(args.replay_out, "--replay-out")
+    server = _clavisd(args)
     body = json.dumps({"apply": bool(args.apply)}).encode()
-    headers = {**sign(key.secret_bytes, "POST", path, body, time.time(), key_id=key.id),
-               "Content-Type": "application/json"}  # fmt: skip
-    try:
-        r = httpx.post(url + path, content=body, headers=headers, timeout=args.timeout,
-                       verify=ssl.create_default_context(cafile=ca) if ca else True)  # fmt: skip
-    except httpx.HTTPError as exc:
-        raise InputError(f"clavisd at {url} did not answer: {exc}") from exc
-    if r.status_code != 200:
-        raise InputError(f"clavisd refused the request ({r.status_code}): {r.text[:500]}")
+    r = server.call("POST", "/api/v1/repack", body)
     out = r.json()
     print(f"decision: {out['decision']}  {out['message']}")
     proposal, plan = out.get("proposal"), out.get("plan")
@@ -119,6 +165,9 @@ def cmd_repack(args: argparse.Namespace) -> int:
             print(line)
         if proposal["deferred"]:
             print(_deferred_table(proposal["deferred"]))
+        if replay_out is not None:
+            record = json.dumps(proposal["summary"]["replay"])
+            _write_record(replay_out, record, "the proposal's summary.replay", None)
         if deferred:
             print("nothing stored, nothing moved: the moves that can run gain too little")
             return 1 if args.apply else 0
@@ -134,9 +183,23 @@ def cmd_repack(args: argparse.Namespace) -> int:
         print(line)
     if plan["deferred"]:
         print(_deferred_table(plan["deferred"]))
+    if replay_out is not None:
+        path = f"/api/v1/plans/{plan['id']}/replay"
+        _write_record(replay_out, server.call("GET", path).text, path, plan["id"])
     if plan["state"] == "pending":
         print(f"clavis: error: plan {plan['id']} not started: {plan['message']}", file=sys.stderr)
         return 1
+    return 0
+
+
+def cmd_plan_export(args: argparse.Namespace) -> int:
+    """A stored plan's replay record into a file (GET /api/v1/plans/{id}/replay)."""
+    if args.plan < 1:
+        raise InputError(f"plan id must be positive, got {args.plan}")
+    out = _out_path(args.out, "--out")
+    assert out is not None
+    path = f"/api/v1/plans/{args.plan}/replay"
+    _write_record(out, _clavisd(args).call("GET", path).text, path, args.plan)
     return 0
 
 
@@ -148,6 +211,18 @@ def cmd_hash_password(args: argparse.Namespace) -> int:
     return 0
 
 
+def _connection_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", default=str(DEFAULT_PATH), help=f"default {DEFAULT_PATH}")
+    p.add_argument(
+        "--keys-file", help="signed with its first admin key; default: security.agent_keys_file"
+    )
+    p.add_argument("--url", help="clavisd base URL (default: server.listen/port of the config)")
+    p.add_argument(
+        "--ca-file", help="CA certificate(s) for HTTPS; default: server.tls_cert_file if set"
+    )
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds (default 300)")
+
+
 def add_parsers(sub: Any) -> None:
     r = sub.add_parser("repack", help="one repacking pass of the running clavisd")
     mode = r.add_mutually_exclusive_group()
@@ -155,16 +230,22 @@ def add_parsers(sub: Any) -> None:
         "--dry-run", action="store_true", help="compute and print the plan, store nothing (default)"
     )
     mode.add_argument("--apply", action="store_true", help="store the plan and start it")
-    r.add_argument("--config", default=str(DEFAULT_PATH), help=f"default {DEFAULT_PATH}")
     r.add_argument(
-        "--keys-file", help="signed with its first admin key; default: security.agent_keys_file"
+        "--replay-out",
+        metavar="FILE",
+        help="write the plan's replay record (for `clavis solve --replay`) to FILE (.json)",
     )
-    r.add_argument("--url", help="clavisd base URL (default: server.listen/port of the config)")
-    r.add_argument(
-        "--ca-file", help="CA certificate(s) for HTTPS; default: server.tls_cert_file if set"
-    )
-    r.add_argument("--timeout", type=float, default=300.0, help="seconds (default 300)")
+    _connection_args(r)
     r.set_defaults(func=cmd_repack)
+    plan = sub.add_parser("plan", help="a stored plan of the running clavisd")
+    plan_sub = plan.add_subparsers(dest="plan_command", required=True)
+    e = plan_sub.add_parser(
+        "export", help="write a plan's replay record (for `clavis solve --replay`)"
+    )
+    e.add_argument("plan", type=int, help="the plan's id (GET /api/v1/plans)")
+    e.add_argument("--out", required=True, metavar="FILE", help="the record's file (.json)")
+    _connection_args(e)
+    e.set_defaults(func=cmd_plan_export)
     h = sub.add_parser("hash-password", help="scrypt hash of a UI password for clavis.toml")
     h.add_argument("--stdin", action="store_true", help="read the password from stdin")
     h.set_defaults(func=cmd_hash_password)

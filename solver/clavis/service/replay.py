@@ -238,7 +238,9 @@ def parse(data: Any, source: str) -> ReplayRecord:
     try:
         return ReplayRecord.model_validate(data, strict=True)
     except ValidationError as exc:
-        raise ReplayError(f"{source}: {describe(exc, data)}") from None
+        # the record-wide checks (ReplayRecord._consistent) name their fields themselves
+        found = describe(exc, data).replace("(document): ", "")
+        raise ReplayError(f"{source}: {found}") from None
 
 
 def check_cluster(record: ReplayRecord, ours: Cluster, source: str, where: str) -> None:
