@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from . import paths
-from .proc import CommandError, Owned, in_netns, run, spawn, stop
+from .proc import CommandError, Owned, in_netns, run, spawn
+from .proc import stop_all as stop_processes
 from .state import State
 from .topology import Host, Topology
 
@@ -127,8 +128,8 @@ def stop_all(st: State) -> list[str]:
     containers stay: an agent's restored containers are not its children's session."""
     errors = []
     mine = [p for p in st.processes if ours(p)]
+    stop_processes(mine)
     for p in mine:
-        stop(p)
         if p.alive():
             errors.append(f"{p.what} (pid {p.pid}) survived SIGKILL")
     st.processes = [p for p in st.processes if p not in mine or p.alive()]

@@ -29,7 +29,7 @@ from . import (
     slurm,
     stack,
 )
-from .proc import CommandError, in_netns, spawn, start_time, stop
+from .proc import CommandError, in_netns, spawn, start_time, stop, stop_all
 from .state import State, StateError, load
 from .topology import Host, Topology, TopologyError
 from .topology import load as load_topology
@@ -124,8 +124,13 @@ def teardown(st: State) -> list[str]:
     for name in reversed(st.containers):
         errors += containers.stop(name)
     _kill_cgroups(_cgroup_dirs(st.containers))
+    # the stack's daemons (started last) first and together: none waits for another
+    # (docs/testbed.md, "make demo"); then the others one by one, in reverse order
+    mine = [p for p in st.processes if stack.ours(p)]
+    stop_all(mine)
     for p in reversed(st.processes):
-        stop(p)
+        if p not in mine:
+            stop(p)
         if p.alive():
             errors.append(f"{p.what} (pid {p.pid}) survived SIGKILL")
     errors += net.destroy(st.netns)

@@ -20,6 +20,7 @@ from .proc import CommandError, in_netns, in_netns_with_sysfs, run, start_time
 from .topology import Container, Topology
 
 INIT = paths.ETC / "cinit"
+CPU_SHARES = 128  # each node's cgroup v1 cpu.shares (write_config)
 
 # PID 1 of every container: start munged and slurmd, then reap orphans forever.
 # bash reaps any child (waitpid(-1)) while it waits, so orphans do not pile up.
@@ -113,6 +114,11 @@ lxc.mount.entry = {paths.SHARED} {run_rel}/shared none rw,bind,create=dir 0 0
 # whatever reads the container's cgroups sees the node's true size (topology.cpusets)
 lxc.cgroup.cpuset.cpus = {",".join(str(x) for x in cpuset)}
 lxc.cgroup.memory.limit_in_bytes = {topo.memory_mb_per_container * 1024 * 1024}
+# a node's weight for the CPU is an eighth of a host daemon's (cgroup v1 cpu.shares,
+# default 1024): the emulated hosts' daemons (monitor, migrator, CRIU) and the head's
+# share the machine's two cores with every node's jobs, where a real host runs them
+# on cycles of its own; a busy node still runs whenever they wait
+lxc.cgroup.cpu.shares = {CPU_SHARES}
 lxc.net.0.type = veth
 lxc.net.0.link = br0
 lxc.net.0.veth.pair = {c.veth}

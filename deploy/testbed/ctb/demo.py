@@ -25,6 +25,7 @@ venv's. tests/integration/test_demo.py runs the same scenario and checks its out
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
@@ -32,7 +33,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,10 +47,15 @@ HEAD_NETNS = "ctb-core"
 # long enough for the whole scenario; the demo cancels its jobs when it ends
 JOB_SECONDS = 300
 JOB_LIMIT_MIN = 8
-STREAM_MIB = 32  # per array: 3 x 32 MiB, far beyond any LLC, within a node's 1 GiB
+# per array: 3 x 16 MiB sweep 48 MiB, beyond the machine's LLC (32 MiB here), so an LRU
+# cache keeps none of it from one sweep to the next; and a streaming node's CRIU images
+# stay near 55 MB, which a move carries over the 100 Mbit/s core link in about 5 s
+STREAM_MIB = 16
 LINK_S = 60.0
 CLASS_S = 120.0
 RUN_S = 60.0
+ADVICE_S = 30.0  # clavisd rewrites the advice every valid_s / 3 (at most 10 s)
+POLL_S = 0.5  # every wait below polls this often, within its own bound
 JOBS = (  # tag, job name (= application), program, nodes; submitted in this order
     ("stream-a", "stream-triad", "stream-triad", 1),
     ("stream-b", "stream-triad", "stream-triad", 1),
@@ -156,6 +162,16 @@ def _host(node: str) -> str:
     return placement.host_of(node)  # where it runs now: migrations move nodes
 
 
+@contextlib.contextmanager
+def timed(seconds: dict[str, float], phase: str) -> Iterator[None]:
+    """Add the wall time of the block to seconds[phase] (the demo's phase breakdown)."""
+    t0 = time.monotonic()
+    try:
+        yield
+    finally:
+        seconds[phase] = round(seconds.get(phase, 0.0) + time.monotonic() - t0, 1)
+
+
 # ---------------------------------------------------------------- steps
 
 
@@ -165,8 +181,10 @@ def fresh_stack(out: Outcome, say: Callable[[str], None]) -> dict[str, Any]:
     t0 = time.monotonic()
     if status().get("up"):
         say("a testbed is up: taking it down for a fresh one (clavisd must learn from scratch)")
-        testbed("down")
-    testbed("up", "--stack", "--spare-cpus-per-host", str(SPARE_CPUS))
+        with timed(out.seconds, "down"):
+            testbed("down")
+    with timed(out.seconds, "up"):
+        testbed("up", "--stack", "--spare-cpus-per-host", str(SPARE_CPUS))
     out.up_s = round(time.monotonic() - t0, 1)
     st = status()
     if not st.get("up") or st.get("stack") is None:
@@ -181,7 +199,7 @@ def wait_hosts(st: dict[str, Any], out: Outcome, bound_s: float = 30.0) -> None:
         (hosts,) = api(st, "/hosts")
         if hosts and all(h["last_report"] is not None and h["watts"] for h in hosts):
             break
-        time.sleep(1)
+        time.sleep(POLL_S)
     missing = [h["name"] for h in hosts if h["last_report"] is None or not h["watts"]]
     if not hosts or missing:
         raise DemoError(f"no report with watts within {bound_s:.0f}s from {missing or 'any host'}")
@@ -256,7 +274,7 @@ def wait_linked(st: dict[str, Any], jobs: list[Job], out: Outcome) -> None:
         if seen == want:
             out.linked_s = round(time.monotonic() - t0, 1)
             return
-        time.sleep(1)
+        time.sleep(POLL_S)
     raise DemoError(f"jobs not linked to their containers within {LINK_S:.0f}s: "
                     f"want {want}, clavisd has {seen}")  # fmt: skip
 
@@ -277,20 +295,40 @@ def wait_classes(st: dict[str, Any], jobs: list[Job], out: Outcome) -> None:
             for j in jobs:
                 j.klass = EXPECTED[j.name]
             return
-        time.sleep(1)
+        time.sleep(POLL_S)
     raise DemoError(f"classes not as expected within {CLASS_S:.0f}s: {got}")
 
 
-def read_advice(st: dict[str, Any], out: Outcome) -> None:
-    """The advice as select/clavis's slurmctld reads it: as the slurm user."""
+def _advice_knows(doc: dict[str, Any], jobs: list[Job]) -> bool:
+    """Whether an advice document carries what step 5 needs: every job's nodes with
+    their measured class, and the devils' application (run as root: uid 0) a devil."""
+    nodes = {n["node"]: n.get("node_class") for n in doc.get("nodes", [])}
+    apps = {a["app"]: a.get("app_class") for a in doc.get("apps", [])}
+    return all(nodes.get(n) == j.klass for j in jobs for n in j.nodes) and all(
+        apps.get(f"0:{j.name}") == "devil" for j in jobs if j.klass == "devil"
+    )
+
+
+def read_advice(st: dict[str, Any], jobs: list[Job], out: Outcome) -> None:
+    """The advice as select/clavis's slurmctld reads it: as the slurm user, once clavisd
+    has rewritten it with the classes just decided (bounded: it rewrites it every few
+    seconds)."""
     path = st["stack"]["advice"]["path"]
-    text = _run(["runuser", "-u", "slurm", "--", "cat", path]).stdout
-    out.advice = json.loads(text)
+    deadline = time.monotonic() + ADVICE_S
+    while True:
+        text = _run(["runuser", "-u", "slurm", "--", "cat", path], check=False).stdout
+        try:
+            out.advice = json.loads(text)
+        except ValueError:  # absent (cat failed) or not JSON: the next rewrite
+            out.advice = {}
+        if _advice_knows(out.advice, jobs):
+            break
+        if time.monotonic() > deadline:
+            raise DemoError(f"the advice did not carry the jobs' classes within "
+                            f"{ADVICE_S:.0f}s: {text[-1000:]}")  # fmt: skip
+        time.sleep(POLL_S)
     generated = dt.datetime.fromisoformat(out.advice["generated"].replace("Z", "+00:00"))
     out.advice_age_s = round(time.time() - generated.timestamp(), 1)
-    log = paths.LOG / "slurmctld.log"
-    out.ctld_advice_lines = [ln for ln in log.read_text(errors="replace").splitlines()
-                             if "select/clavis: advice" in ln][-3:]  # fmt: skip
 
 
 def repack(st: dict[str, Any], apply: bool) -> dict[str, Any]:
@@ -338,8 +376,14 @@ def new_stream_job(st: dict[str, Any], jobs: list[Job], out: Outcome) -> None:
     out.new_job_host = _host(job.nodes[0])
     with open(log, encoding="utf-8", errors="replace") as f:
         f.seek(mark)
-        out.ctld_job_lines = [ln for ln in f.read().splitlines()
-                              if "select/clavis" in ln and f"JobId={job.id}" in ln]  # fmt: skip
+        # select/clavis reads the advice when it next tests a job, and says so once it
+        # has it (the first jobs ran before clavisd wrote any)
+        out.ctld_job_lines = [
+            ln for ln in f.read().splitlines()
+            if "select/clavis: advice" in ln or ("select/clavis" in ln and f"JobId={job.id}" in ln)
+        ]  # fmt: skip
+    out.ctld_advice_lines = [ln for ln in log.read_text(errors="replace").splitlines()
+                             if "select/clavis: advice" in ln][-3:]  # fmt: skip
     jobs.remove(b)
     jobs.append(job)
 
@@ -386,23 +430,28 @@ def scenario(say: Say = _say) -> Outcome:
     t_all = time.monotonic()
     say("== 1. The cluster: a fresh testbed with the Clavis stack (clavis-testbed up --stack)")
     st = fresh_stack(out, say)
-    wait_hosts(st, out)
+    with timed(out.seconds, "hosts"):
+        wait_hosts(st, out)
     say(f"up in {out.up_s:.1f}s; every host's monitor reports to clavisd, watts from its BMC:")
     for h in out.hosts.values():
         say(f"   {h['name']:<6} rack {h['rack']:<3} {h['cores']} cores  {h['watts']:.0f} W")
     say("\n== 2. Plain sbatch jobs, no hints: two streaming, two compute-bound, one 2-node MPI")
-    build_programs()
+    with timed(out.seconds, "build"):
+        build_programs()
     jobs = [Job(tag, name, prog, n) for tag, name, prog, n in JOBS]
     out.jobs = jobs  # the same list: step 6 swaps stream-b for stream-c
     try:
         for j in jobs:
-            submit(j)
+            with timed(out.seconds, "jobs"):
+                submit(j)
             say(f"   job {j.id:<4} {j.tag:<9} (sbatch -J {j.name}) on {','.join(j.nodes)}")
         say("   (select/clavis knew nothing yet: placed as cons_tres would)")
         say("\n== 3. Jobs linked to their containers, then classed by clavisd (7 of 10 intervals)")
-        wait_linked(st, jobs, out)
+        with timed(out.seconds, "linked"):
+            wait_linked(st, jobs, out)
         say(f"   every job's nodes carry its id in clavisd's /containers after {out.linked_s}s")
-        wait_classes(st, jobs, out)
+        with timed(out.seconds, "classes"):
+            wait_classes(st, jobs, out)
         say(f"   classes decided after {out.classed_s}s more:")
         for j in jobs:
             for n in j.nodes:
@@ -412,18 +461,18 @@ def scenario(say: Say = _say) -> Outcome:
                     f"{'-' if mpki is None else f'{mpki:5.1f}'} misses/1000 instr  "
                     f"votes {c['votes'][-10:]:<10} -> {c['klass']}")  # fmt: skip
         say("\n== 4. The advice clavisd writes for select/clavis (read as the slurm user)")
-        time.sleep(2)  # the advice worker's next pass sees the decided classes
-        read_advice(st, out)
+        with timed(out.seconds, "advice"):
+            read_advice(st, jobs, out)
         say(f"   {st['stack']['advice']['path']}: written {out.advice_age_s}s ago, "
             f"valid {out.advice['valid_s']:.0f}s")  # fmt: skip
         for n in out.advice["nodes"]:
             say(f"   {n['node']:<7} host {n['host']:<5} {n['contention']:<12} {n['node_class']}")
         for a in out.advice.get("apps", []):
             say(f"   application {a['app']}: {a['app_class']} ({a['jobs_seen']} decisions)")
-        for ln in out.ctld_advice_lines:
-            say(f"   slurmctld.log: {ln}")
+        say("   (slurmctld's select/clavis reads it when it next tests a job: step 5)")
         say("\n== 5. A new streaming job of the same application, unhinted")
-        new_stream_job(st, jobs, out)
+        with timed(out.seconds, "unhinted"):
+            new_stream_job(st, jobs, out)
         nj = out.new_job
         assert nj is not None
         say(f"   stream-b ended; devil hosts now: {', '.join(out.devil_hosts)}; cons_tres "
@@ -432,16 +481,19 @@ def scenario(say: Say = _say) -> Outcome:
             f"{out.new_job_host}")  # fmt: skip
         for ln in out.ctld_job_lines:
             say(f"   slurmctld.log: {ln}")
-        d = pinned_stream_job(st, jobs, out)
+        with timed(out.seconds, "pinned"):
+            d = pinned_stream_job(st, jobs, out)
         if d is not None:
             say(f"   a user pins one more (sbatch -w {d.nodes[0]} -J stream-triad) on "
                 f"{_host(d.nodes[0])}, beside a devil: job {d.id}, classed {d.klass}")  # fmt: skip
         say("\n== 6. clavis repack: the plan clavisd makes from the live reports, applied")
-        out.moves = demo_moves.run(st, jobs, say)
+        out.moves = demo_moves.run(st, jobs, say, out.seconds)
     finally:
-        cancel(jobs)
+        with timed(out.seconds, "cancel"):
+            cancel(jobs)
     out.seconds["total"] = round(time.monotonic() - t_all, 1)
-    say(f"\ndemo done in {out.seconds['total']:.0f}s; its jobs are cancelled, the cluster "
+    say("\nphases (s): " + " ".join(f"{k}={v:.1f}" for k, v in out.seconds.items()))
+    say(f"demo done in {out.seconds['total']:.0f}s; its jobs are cancelled, the cluster "
         "stays up: deploy/testbed/clavis-testbed down  # to remove it")  # fmt: skip
     return out
 

@@ -109,7 +109,7 @@ def _wait_plan(st: dict[str, Any], plan_id: int, say: demo.Say, m: Moves) -> Non
                     f"{s['target']}: {s['state']}: {s['message']}")  # fmt: skip
         if plan["state"] in TERMINAL:
             break
-        time.sleep(1)
+        time.sleep(demo.POLL_S)
     m.plan = plan
     m.plan_s = round(time.monotonic() - t0, 1)
     if plan.get("state") != "done":
@@ -118,11 +118,22 @@ def _wait_plan(st: dict[str, Any], plan_id: int, say: demo.Say, m: Moves) -> Non
 
 
 def _slurm_view(jobs: list[demo.Job], m: Moves) -> None:
+    """squeue, sacct and sinfo once each, for every job (a call costs a command's start
+    on a busy machine)."""
+    ids = ",".join(j.id for j in jobs)
+    for ln in demo.slurm("squeue", "-h", "-j", ids, "-o", "%i %T %N").splitlines():
+        job, state, nodelist = [*ln.split(), "", ""][:3]
+        m.states_after[job] = state
+        m.jobs_after[job] = (
+            demo.slurm("scontrol", "show", "hostnames", nodelist).split()
+            if "[" in nodelist
+            else nodelist.split(",")
+        )
+    out = demo.slurm("sacct", "-X", "-n", "-P", "-j", ids, "-o", "JobIDRaw,State,NodeList")
     for j in jobs:
-        state, nodes = demo.job_nodes(j.id)
-        m.states_after[j.id], m.jobs_after[j.id] = state, nodes
-        out = demo.slurm("sacct", "-X", "-n", "-P", "-j", j.id, "-o", "JobIDRaw,State,NodeList")
-        m.sacct[j.id] = [ln for ln in out.splitlines() if ln.strip()]
+        m.states_after.setdefault(j.id, "")
+        m.jobs_after.setdefault(j.id, [])
+        m.sacct[j.id] = [ln for ln in out.splitlines() if ln.split("|")[0] == j.id]
     lines = demo.slurm("sinfo", "-N", "-h", "-o", "%N %T").splitlines()
     m.node_states = {ln.split()[0]: ln.split()[1] for ln in lines if len(ln.split()) == 2}
 
@@ -142,32 +153,38 @@ def _settle(st: dict[str, Any], jobs: list[demo.Job], m: Moves) -> None:
             keys = ("host", "job", "app", "klass", "class_source")
             m.moved_rows = {n: {k: cs[n].get(k) for k in keys} for n in m.expected}
             return
-        time.sleep(1)
+        time.sleep(demo.POLL_S)
     raise demo.DemoError(f"clavisd did not see the moved nodes on their hosts with their "
                          f"classes within {SETTLE_S:.0f}s: {m.clavisd_hosts}")  # fmt: skip
 
 
-def run(st: dict[str, Any], jobs: list[demo.Job], say: demo.Say) -> Moves:
+def run(st: dict[str, Any], jobs: list[demo.Job], say: demo.Say,
+        seconds: dict[str, float]) -> Moves:  # fmt: skip
+    """Steps 6 and 7; each phase's wall time added to seconds."""
     m = Moves()
-    m.dry = demo.repack(st, apply=False)
+    with demo.timed(seconds, "dry_run"):
+        m.dry = demo.repack(st, apply=False)
     _verbatim(say, m.dry)
     say("   ... with the migrator agents stopped (clavis-testbed agents stop), --apply:")
-    demo.testbed("agents", "stop")
-    try:
-        m.stopped = demo.repack(st, apply=True)
-    finally:
-        demo.testbed("agents", "start")
+    with demo.timed(seconds, "agents_stopped"):
+        demo.testbed("agents", "stop")
+        try:
+            m.stopped = demo.repack(st, apply=True)
+        finally:
+            demo.testbed("agents", "start")
     for ln in m.stopped["stderr"].splitlines():
         say(f"   {ln}")
     say(f"   exit status {m.stopped['rc']}; nothing moved. Agents started again.")
     m.jobs_before = {j.id: list(j.nodes) for j in jobs}
     say("   clavis repack --apply: the agents move the nodes (CRIU, the job's processes in them)")
-    m.apply = demo.repack(st, apply=True)
+    with demo.timed(seconds, "apply"):
+        m.apply = demo.repack(st, apply=True)
     _verbatim(say, m.apply)
     found = re.search(r"^plan (\d+)\s+state", m.apply["stdout"], re.M)
     if m.apply["rc"] != 0 or not found:
         raise demo.DemoError(f"clavis repack --apply did not start a plan: {m.apply}")
-    _wait_plan(st, int(found.group(1)), say, m)
+    with demo.timed(seconds, "plan"):
+        _wait_plan(st, int(found.group(1)), say, m)
     say(f"   plan {found.group(1)}: {m.plan['state']} after {m.plan_s}s: {m.plan['message']}")
     m.expected = final_hosts(m.plan["steps"])
     m.placement = placement.read()
@@ -175,7 +192,8 @@ def run(st: dict[str, Any], jobs: list[demo.Job], say: demo.Say) -> Moves:
     now_on = ", ".join(f"{n} on {h}" for n, h in sorted(moved.items())) or "all at home"
     say(f"   where the testbed runs the nodes now (placement.json): {now_on}")
     say("\n== 7. Slurm saw nothing")
-    _slurm_view(jobs, m)
+    with demo.timed(seconds, "slurm_view"):
+        _slurm_view(jobs, m)
     for j in jobs:
         same = "same nodes" if m.jobs_after[j.id] == m.jobs_before[j.id] else "NODES CHANGED"
         sacct = " | ".join(m.sacct[j.id])
@@ -184,9 +202,11 @@ def run(st: dict[str, Any], jobs: list[demo.Job], say: demo.Say) -> Moves:
     moved_nodes = sorted(m.expected)
     say("   moved nodes in sinfo: "
         + ", ".join(f"{n} {m.node_states.get(n, '?')}" for n in moved_nodes))  # fmt: skip
-    _settle(st, jobs, m)
+    with demo.timed(seconds, "settle"):
+        _settle(st, jobs, m)
     m.plan_after = {k: float(v) for k, v in m.plan["summary"]["objectives"]["after"].items()}
-    m.now = now_objectives(st)
+    with demo.timed(seconds, "objectives"):
+        m.now = now_objectives(st)
     say(f"   clavisd sees every node on its new host {m.settled_s}s later; P, D, C as it "
         "computes them now against the plan's \"after\":")  # fmt: skip
     for n, row in sorted(m.moved_rows.items()):

@@ -14,7 +14,7 @@ wins; others get the default). So a devil that runs reads high, the same devil s
 (SIGSTOP) or idle adds nothing, and the miss rate the monitor derives (misses per 1000
 instructions, DI/DINO's metric) is the CPU-time-weighted mix of what ran.
 
-Every second (``missd``, started by `up`), each container's cumulative counts go to
+Every quarter second (``missd``, started by `up`; TICK_S), each container's cumulative counts go to
 ``RUN/misses/NAME.json``; the monitor reads that directory only when its configuration
 names it (``[emulation] miss_counters_dir``) and labels the values ``emulated``.
 """
@@ -41,6 +41,9 @@ FORMAT = "clavis-testbed.misses/1"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 CPUACCT = (Path("/sys/fs/cgroup/cpuacct"), Path("/sys/fs/cgroup/cpu,cpuacct"))
 MAX_PROCS = 100_000  # processes read per container per tick (a bound, far above real use)
+# a tick every quarter second: the stack's monitors sample every half second
+# (stack.MONITOR_INTERVAL_S), and an interval that saw no tick would read 0 misses
+TICK_S = 0.25
 
 DEFAULT_PROFILES = """\
 # Emulated miss counters of the testbed (docs/testbed.md, "Emulated miss counters").
@@ -218,7 +221,7 @@ class ProfileFile:
         return self.profiles
 
 
-def serve(topo: Topology, interval: float = 1.0, max_seconds: float = 7 * 24 * 3600) -> None:
+def serve(topo: Topology, interval: float = TICK_S, max_seconds: float = 7 * 24 * 3600) -> None:
     """Run until SIGTERM (or max_seconds, a bound so it can never outlive a week)."""
     stop = False
 

@@ -134,26 +134,30 @@ def spawn(what: str, argv: Sequence[str], log: Path, env: Mapping[str, str] | No
 
 def stop(owned: Owned, grace: float = 5.0) -> None:
     """SIGTERM, wait up to grace seconds, then SIGKILL; wait for /proc/PID to go."""
-    if not owned.alive():
-        return
-    try:
-        os.kill(owned.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and owned.alive():
-        _reap(owned.pid)
-        time.sleep(0.05)
-    if owned.alive():
-        try:
-            os.kill(owned.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + 5.0
-        while time.monotonic() < deadline and owned.alive():
-            _reap(owned.pid)
-            time.sleep(0.05)
-    _reap(owned.pid)
+    stop_all([owned], grace)
+
+
+def stop_all(owned: Sequence[Owned], grace: float = 5.0) -> None:
+    """stop() for several processes at once: SIGTERM to all, one shared wait of at most
+    grace seconds, SIGKILL to the survivors, at most 5 s more. For daemons that do not
+    depend on each other (the stack's, one per host): each takes its own time to exit,
+    and in turn their times add up."""
+    live = [p for p in owned if p.alive()]
+    for sig, wait_s in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+        for p in live:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p.pid, sig)
+        deadline = time.monotonic() + wait_s
+        while live and time.monotonic() < deadline:
+            for p in live:
+                _reap(p.pid)
+            live = [p for p in live if p.alive()]
+            if live:
+                time.sleep(0.05)
+        if not live:
+            break
+    for p in owned:
+        _reap(p.pid)
 
 
 def _reap(pid: int) -> None:

@@ -152,6 +152,9 @@ def write_conf(topo: Topology, select: str = CONS_TRES) -> None:
         # LD_PRELOADs the MPI_Finalize barrier MPICH 4.0.2 needs here (mpi.py)
         f"TaskProlog={mpi.TASK_PROLOG}",
         "SchedulerType=sched/backfill",
+        # a batch job starts at the first scheduling pass after its submission, not up
+        # to 3 s later (the default batch_sched_delay, meant for floods of submissions)
+        "SchedulerParameters=batch_sched_delay=0",
         f"SelectType={select}",
         "SelectTypeParameters=CR_Core",
         "ReturnToService=2",
