@@ -59,12 +59,16 @@ def one_demo(case: str, env: dict[str, str]) -> dict[str, Any]:
                          f"{cp.stdout[-3000:]}\n{cp.stderr[-3000:]}")  # fmt: skip
     up = re.search(r"up in ([\d.]+)s; every host", cp.stdout)
     plan = re.search(r"plan \d+: done after ([\d.]+)s", cp.stdout)
+    line = re.search(r"^phases \(s\): (.*)$", cp.stdout, re.M)
+    phases = {k: float(v) for k, v in re.findall(r"(\w+)=([\d.]+)", line.group(1))} if line else {}
     return {
         "case": case,
         "wall_s": round(wall, 2),
         "scenario_s": float(done.group(1)),
         "up_stack_s": float(up.group(1)) if up else None,
         "plan_s": float(plan.group(1)) if plan else None,
+        # the demo's own breakdown (ctb.demo.scenario: "phases (s): name=seconds ...")
+        "phases": phases,
         "testbed_up_before": up_before,
         "load_average_before": load,
     }
@@ -94,6 +98,42 @@ def run(warm_runs: int) -> dict[str, Any]:
     }
 
 
+# what each of the demo's phases is, in the order it runs them
+PHASES = {
+    "down": "the previous testbed taken down (warm runs)",
+    "up": "`clavis-testbed up --stack` (cold: CRIU, rootfs, MariaDB template built)",
+    "hosts": "every host's report with watts in clavisd",
+    "build": "the demo's three programs compiled",
+    "jobs": "five sbatch jobs, each until it runs",
+    "linked": "every job's nodes linked in clavisd",
+    "classes": "every job classed by clavisd (7 of 10 intervals)",
+    "advice": "the advice carrying those classes",
+    "unhinted": "stream-b ended, stream-c submitted unhinted",
+    "pinned": "stream-d pinned beside a devil, linked and classed",
+    "dry_run": "`clavis repack --dry-run`",
+    "agents_stopped": "agents stopped, `--apply` refused, agents started",
+    "apply": "`clavis repack --apply`",
+    "plan": "the plan's steps, to `done`",
+    "slurm_view": "squeue, sacct, sinfo",
+    "settle": "clavisd sees the moved nodes, classes again",
+    "objectives": "P, D, C as clavisd computes them",
+    "cancel": "the demo's jobs cancelled",
+}
+
+
+def phase_table(runs: list[dict[str, Any]]) -> str:
+    """One row per phase, one column per run: where the time goes."""
+    head = "| phase | what | " + " | ".join(r["case"] for r in runs) + " |"
+    rule = "|---|---|" + "---|" * len(runs)
+    names = list(PHASES) + sorted({k for r in runs for k in r["phases"]} - set(PHASES) - {"total"})
+    rows = [
+        f"| {name} | {PHASES.get(name, '')} | "
+        + " | ".join(_s(r["phases"].get(name)) for r in runs) + " |"
+        for name in [*names, "total"]
+    ]  # fmt: skip
+    return "\n".join([head, rule, *rows])
+
+
 def section(res: dict[str, Any]) -> str:
     rows: str = "\n".join(
         f"| {r['case']} | {_s(r['wall_s'])} | {_s(r['scenario_s'])} | {_s(r['up_stack_s'])} | "
@@ -118,13 +158,18 @@ unhinted streaming job, and clavisd's plan applied by the migrator agents with S
 view and P, D, C checked afterwards. The cold run has a new, empty `CLAVIS_CACHE`, so
 it also fetches and builds CRIU 4.2.1 and builds the rootfs and the MariaDB template;
 the warm runs reuse that cache and find the previous run's testbed up. "scenario" is
-what the demo reports of itself, "up --stack" its fresh stack, "plan" the plan from
+what the demo reports of itself, "up --stack" its fresh stack (on warm runs with the
+previous one's `down`), "plan" the plan from
 `--apply` to `done`. Load average (1 min) before each run: other sessions share the
 machine's 2 cores.
 
 | case | wall time | scenario | up --stack | plan | testbed up before | load before |
 |---|---|---|---|---|---|---|
 {rows}
+
+Where the time goes, as the demo reports it of itself ("phases (s)" at its end):
+
+{phase_table(res["runs"])}
 
 {verdict} Not included: installing the testbed's apt packages (41 s measured by hand on
 2026-11-22) and creating the venv on a machine that has neither.
