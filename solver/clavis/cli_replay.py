@@ -57,6 +57,8 @@ def describe_record(record: ReplayRecord, source: str) -> str:
         f"weights: P {wv.P:.6g}, D {wv.D:.6g}, C {wv.C:.6g}, M {wv.M:.6g} ({w.source}{wid})",
         f"options: {o.method}, time limit {o.time_limit_s:g} s, seed {o.seed}, "
         f"{o.workers} workers, memory {o.memory_limit_bytes / 2**30:.2f} GiB; {mode}",
+        f"software: clavis-solver {record.software.clavis_solver}, ortools "
+        f"{record.software.ortools}",
     ])  # fmt: skip
 
 
@@ -103,6 +105,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
     inst = replay.instance(record, source)
     replay.refuse_violations(record, inst, source)
     print(describe_record(record, source))
+    note = replay.software_note(record.software)
+    if note:
+        print(note)
     weights = record.weights.weights()
     current = tuple(h for h in inst.current if h is not None)
     options = record.options.solve_options(current)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from importlib.metadata import version
 from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -104,6 +105,30 @@ class RecordedOptions(_Strict):
         )  # fmt: skip
 
 
+class Software(_Strict):
+    """What solved: the same documents and options may answer otherwise in other versions."""
+
+    clavis_solver: str
+    ortools: str
+
+
+def software() -> Software:
+    return Software(clavis_solver=version("clavis-solver"), ortools=version("ortools"))
+
+
+def software_note(recorded: Software) -> str:
+    """A note when this replay runs other versions than the record was made with."""
+    here = software()
+    if here == recorded:
+        return ""
+    pairs = (("clavis-solver", recorded.clavis_solver, here.clavis_solver),
+             ("ortools", recorded.ortools, here.ortools))  # fmt: skip
+    changed = "; ".join(f"{n} {a} recorded, {b} here" for n, a, b in pairs if a != b)
+    return (
+        f"note: other software than the record's ({changed}): even a deterministic solve may differ"
+    )
+
+
 class RecordedOutcome(_Strict):
     """What the solver answered: the placement the plan's moves lead to, and its score."""
 
@@ -138,6 +163,7 @@ class ReplayRecord(_Strict):
     current: Placement = Field(description="Where every container ran (M is measured from it).")
     weights: RecordedWeights
     options: RecordedOptions
+    software: Software
     outcome: RecordedOutcome
 
     @model_validator(mode="after")
@@ -190,6 +216,7 @@ def record_of(
             workers=options.threads, memory_limit_bytes=_memory(options),
             deterministic=options.deterministic,
         ),
+        software=software(),
         outcome=RecordedOutcome(
             method=result.method, status=result.status,
             assignment={n: hosts[h] for n, h in zip(names, result.assignment, strict=True)},

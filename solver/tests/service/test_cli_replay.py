@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,7 @@ def test_a_deterministic_plan_of_a_real_clavisd_replays_exactly(tmp_path: Path) 
     assert f"replay of plan {plan['id']}" in got.stdout
     assert "stored placement scored again on the stored inputs: the stored values" in got.stdout
     assert "reproduced: deterministic record, the same placement and P, D, C, M, F" in got.stdout
+    assert "note: other software" not in got.stdout
     assert json.loads(out.read_text())["assignment"] == rec.outcome.assignment
 
 
@@ -112,6 +114,13 @@ def test_a_wall_clock_record_is_compared_on_f_within_the_tolerance(
     assert "4 containers placed elsewhere" in shown or "2 containers placed elsewhere" in shown
     assert main(["solve", "--replay", str(worse), "--quiet", "--tolerance", "1"]) == 0
     assert "reproduced: wall-clock record, F within 1 of the stored F" in capsys.readouterr().out
+    # A record made with another OR-Tools says so (the answer may differ with it).
+    older = tmp_path / "older.json"
+    older.write_text(json.dumps({**doc, "software": {**doc["software"], "ortools": "0.0"}}))
+    assert main(["solve", "--replay", str(older), "--quiet"]) == 0
+    shown = capsys.readouterr().out
+    here = version("ortools")
+    assert f"note: other software than the record's (ortools 0.0 recorded, {here} here)" in shown
     # An outcome whose values were altered: the stored placement scores otherwise.
     altered = tmp_path / "altered.json"
     altered.write_text(json.dumps({**doc, "outcome": {**doc["outcome"], "F": 0.001}}))
