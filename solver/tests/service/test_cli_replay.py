@@ -18,8 +18,13 @@ import yaml
 from fastapi.testclient import TestClient
 
 from clavis.cli import main
-from clavis.objectives import score
+from clavis.documents import load_cluster, load_placement, load_workload
+from clavis.instance import build_instance
+from clavis.objectives import Weights, score
+from clavis.placement import place
 from clavis.service import replay
+from clavis.service.config import RepackConfig
+from clavis.service.repack import solve_options
 
 from .helpers import cluster_doc, contended, contention_reports, login, write_setup
 from .process import Daemon, free_port
@@ -202,3 +207,35 @@ def test_bad_records_exit_2_naming_the_file_and_field_and_write_nothing(
     assert "--tolerance is for --replay" in capsys.readouterr().err
     assert main(["solve", "--weights", "1,1,1"]) == 2
     assert "solve needs --cluster, --workload (or --replay RECORD)" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_deterministic_record_of_a_larger_cluster_replays_in_another_process(
+    tmp_path: Path,
+) -> None:
+    """48 hosts with a current placement, cut off by the deterministic budget before it is
+    proven: the replay, in another process, still ends on the recorded placement."""
+    assert main(["generate", "--hosts", "48", "--seed", "5", "--current",
+                 "--out", str(tmp_path)]) == 0  # fmt: skip
+    cluster = load_cluster(tmp_path / "cluster.json")
+    workload = load_workload(tmp_path / "workload.json")
+    current = load_placement(tmp_path / "current.json")
+    inst = build_instance(cluster, workload, current)
+    weights = Weights(0.15, 1.94, 0.68, 0.5)
+    cfg = RepackConfig(time_limit_s=1.0, workers=1, deterministic=True)
+    options = solve_options(cfg, tuple(h for h in inst.current if h is not None))
+    result = place("cpsat", inst, weights, options)
+    assert result.status == "FEASIBLE" and result.score is not None
+    record = replay.record_of(
+        cluster=cluster, workload=workload, current=current, weights=weights,
+        weights_source="configured", weights_id=None, method="cpsat", options=options,
+        result=result, decision="planned", margin=0.02, made=1e9,
+    )  # fmt: skip
+    moved = sum(a != b for a, b in zip(result.assignment or (), inst.current, strict=True))
+    assert moved > 0  # the recorded answer is not simply the warm start
+    path = tmp_path / "record.json"
+    path.write_text(replay.encode(record))
+    got = _run("solve", "--replay", str(path), "--quiet")
+    assert got.returncode == 0, got.stdout + got.stderr
+    assert f"placement: the same ({len(inst.containers)} containers" in got.stdout
+    assert "reproduced: deterministic record" in got.stdout

@@ -42,6 +42,10 @@ def test_the_internal_loop_decides_and_plans_on_its_own(tmp_path: Path) -> None:
         # (Bounded well under the 10 s a pass of the maintenance loop may otherwise wait.)
         wait_for(two_plans, 9, "two plans from the loop")
         took = time.monotonic() - sent
+        # The loop's plans keep their replay records too (decision replay)
+        record = d.call("GET", f"/api/v1/plans/{plans[0]['id']}/replay")
+        assert (record["kind"], record["plan"]) == ("clavis.replay", plans[0]["id"])
+        assert record["outcome"]["F"] == plans[0]["summary"]["f_solver"]
     finally:
         d.stop()
     assert took < 9
