@@ -82,6 +82,8 @@ def describe_comparison(c: Comparison) -> str:
                      "false): how far the search turns get depends on the machine and its "
                      "load, and CP-SAT's workers race, so the placement and P, D, C, M may "
                      f"differ; F is compared within {c.tolerance:g}")  # fmt: skip
+    if c.margin:
+        lines.append(c.margin)
     lines.append(c.verdict)
     return "\n".join(lines)
 

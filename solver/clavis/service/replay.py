@@ -314,6 +314,7 @@ class Comparison:
     containers: int
     reproduced: bool
     verdict: str
+    margin: str = ""  # whether the replay's placement would clear repack.margin as the plan's did
 
 
 def _rows(stored: RecordedOutcome, got: Score | None) -> tuple[Row, ...]:
@@ -356,6 +357,7 @@ def compare(
                       for c, h in zip(inst.containers, result.assignment, strict=True)
                       if inst.hosts[h].name != out.assignment[c.name])  # fmt: skip
     det = record.options.deterministic
+    margin = _margin_line(record, inst, weights, result.score)
     tol = EXACT_REL if det else (WALL_CLOCK_TOLERANCE if tolerance is None else tolerance)
     if not rescore_equal:
         ok, verdict = (
@@ -380,7 +382,21 @@ def compare(
         verdict = (f"{'reproduced' if ok else 'not reproduced'}: wall-clock record, F within "
                    f"{tol:g} of the stored F ({gap:.3g} apart; {where})")  # fmt: skip
     return Comparison(det, tol, rescored, rescore_equal, rows, moved, len(inst.containers),
-                      ok, verdict)  # fmt: skip
+                      ok, verdict, margin)  # fmt: skip
+
+
+def _margin_line(record: ReplayRecord, inst: Instance, weights: Weights, got: Score | None) -> str:
+    """The recorded and the replayed gain over the current placement against the margin
+    (the solver's F; a plan with deferred moves was judged on what its steps reach)."""
+    now = score(inst, tuple(h for h in inst.current if h is not None), weights).F
+    line = (f"margin: current placement F {now:.6f}; recorded F {record.outcome.F:.6f} "
+            f"(gain {now - record.outcome.F:.6f})")  # fmt: skip
+    if got is None:
+        return line + f"; repack.margin {record.margin:g}"
+    clears = now - got.F > record.margin
+    return line + (f"; replay F {got.F:.6f} (gain {now - got.F:.6f}); repack.margin "
+                   f"{record.margin:g}: the replay's placement would "
+                   f"{'clear it too' if clears else 'not clear it'}")  # fmt: skip
 
 
 def refuse_violations(record: ReplayRecord, inst: Instance, source: str) -> None:

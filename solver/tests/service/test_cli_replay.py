@@ -116,6 +116,9 @@ def test_a_wall_clock_record_is_compared_on_f_within_the_tolerance(
     shown = capsys.readouterr().out
     assert "stored placement scored again on the stored inputs: the stored values" in shown
     assert "not reproduced: wall-clock record, F within 0.01" in shown
+    # the recorded outcome gains nothing over the current placement; the replay does
+    assert f"recorded F {now.F:.6f} (gain 0.000000)" in shown
+    assert "repack.margin 0.02: the replay's placement would clear it too" in shown
     assert "4 containers placed elsewhere" in shown or "2 containers placed elsewhere" in shown
     assert main(["solve", "--replay", str(worse), "--quiet", "--tolerance", "1"]) == 0
     assert "reproduced: wall-clock record, F within 1 of the stored F" in capsys.readouterr().out
