@@ -10,9 +10,11 @@ import pytest
 from test_lower import drained_cases, enumerated_cases
 
 from clavis.instance import build_instance
-from clavis.objectives import Weights, bounds, evaluate, score, violations
+from clavis.model import Cluster, Workload
+from clavis.objectives import Weights, bounds, evaluate, score, straggling_jobs, violations
 from clavis.placement import lower, pool
 from clavis.placement.baselines import corerr, random_assignment
+from clavis.placement.exchange import _State, exchange
 from clavis.placement.regroup import regroup
 from clavis.realistic import RealisticSpec, generate
 
@@ -105,6 +107,102 @@ def test_regroup_changes_only_traffic_and_migration_and_never_for_the_worse() ->
         assert after_o.P == before_o.P and after_o.D == before_o.D
         assert k_c * after_o.C + k_m * after_o.M <= k_c * before_o.C + k_m * before_o.M + 1e-12
         assert after_o.C < before_o.C, seed  # a random placement always has racks to mend
+
+
+def test_exchange_steps_change_f_as_the_evaluator_says_and_never_raise_it() -> None:
+    for seed in range(4):
+        cluster, workload, current = generate(
+            RealisticSpec(hosts=80, seed=seed, current=seed % 2 == 1)
+        ).models()
+        inst = build_instance(cluster, workload, current)
+        rng = random.Random(seed)
+        start = random_assignment(inst, rng)
+        assert start is not None
+        w = Weights(1 + seed, 2, 3, 1)
+        limits = bounds(inst)
+        k, _ = limits.linear(w)
+        # Each step's change of F, P, D, C and M at once, against the evaluator.
+        state = _State(inst, start, k)
+        f = score(inst, start, w, limits).F
+        # Devils among a few hosts, so hosts turn contended and calm again and again.
+        devils = [ci for ci, c in enumerate(inst.containers) if c.devil]
+        few = rng.sample(range(len(inst.hosts)), 6)
+        steps = 0
+        for _ in range(400):
+            ci = rng.choice(devils) if rng.random() < 0.8 else rng.randrange(len(inst.containers))
+            cores = inst.containers[ci].cores
+            room = [h for h in few if inst.allowed(ci, h) and state.free[h] >= cores]
+            if not room or rng.random() < 0.2:
+                room = [
+                    h
+                    for h in range(len(inst.hosts))
+                    if inst.allowed(ci, h) and state.free[h] >= cores
+                ]
+            to = rng.choice(room)
+            change = state.step(ci, to)
+            steps += 1
+            placed = tuple(state.host_of)
+            now = score(inst, placed, w, limits).F
+            assert abs(f + change - now) < 1e-9, (seed, ci, to)
+            lagging = {job for job, n in state.hot_devils.items() if n > 0}
+            assert lagging == straggling_jobs(inst, placed), (seed, ci, to)
+            f = now
+        assert steps == 400
+        after = exchange(inst, start, k=k, deadline=time.monotonic() + 10)
+        assert not violations(inst, after)  # drained hosts keep residents only, cores fit
+        assert score(inst, after, w, limits).F < score(inst, start, w, limits).F, seed
+
+
+def test_exchange_gathers_a_ring_split_between_two_hosts() -> None:
+    # Four two-core turtles in a ring, two hosts of four cores: the first placement
+    # alternates them (every flow crosses), a swap puts neighbours together (two cross).
+    cluster, workload = _ring_case()
+    inst = build_instance(cluster, workload)
+    k, _ = bounds(inst).linear(Weights(1, 1, 1))
+    alternating = (0, 1, 0, 1)
+    after = exchange(inst, alternating, k=k, deadline=time.monotonic() + 5)
+    assert evaluate(inst, alternating).C == 4 * 100.0
+    assert evaluate(inst, after).C == 2 * 100.0
+    # Each host holds two ring neighbours.
+    assert after in {(0, 0, 1, 1), (1, 1, 0, 0), (0, 1, 1, 0), (1, 0, 0, 1)}
+
+
+def _ring_case() -> tuple[Cluster, Workload]:
+    cluster = Cluster.model_validate(
+        {
+            "schema_version": 1,
+            "hosts": [
+                {
+                    "name": f"h{i}",
+                    "rack": "r0",
+                    "cores": 4,
+                    "domains": {"count": 1, "cores_per_domain": 4},
+                    "power": {"idle_w": 50, "peak_w": 100},
+                }
+                for i in range(2)
+            ],
+        }
+    )
+    names = [f"c{i}" for i in range(4)]
+    workload = Workload.model_validate(
+        {
+            "schema_version": 1,
+            "jobs": [
+                {
+                    "name": "ring",
+                    "containers": [
+                        {"name": n, "cores": 2, "memory_bytes": 1 << 20, "intensity_mpki": 1.0}
+                        for n in names
+                    ],
+                    "traffic": [
+                        {"src": names[i], "dst": names[(i + 1) % 4], "bytes_per_s": 100.0}
+                        for i in range(4)
+                    ],
+                }
+            ],
+        }
+    )
+    return cluster, workload
 
 
 def test_rounding_leaves_drained_hosts_out_and_says_its_value_is_no_bound() -> None:

@@ -1,0 +1,260 @@
+"""Moves and swaps of single containers towards the hosts they talk to (issue 12).
+
+The pool rounding fills its host templates job by job but takes whatever slot is free,
+the greedy schedules fill hosts in order, and a repack starts from a placement made by
+arrival: jobs end up spread. On the realistic 1,024-host snapshot (seed 1, 10 s) the
+lagging jobs sent 15 times their share of the C floor across hosts and the turtle-only
+jobs 12 times: a job that lags anyway may have its devils and turtles together, and a
+turtle may sit wherever its job is.
+
+This is a Kernighan-Lin style local search with F's change computed exactly and locally
+(a test checks every step against the evaluator, objectives.py):
+
+* C: moving container c from host h to h2 changes the cost of its own flows only, and
+  for an all-to-all entry (every pair of members pays bytes_per_s times the link cost)
+  it depends on the other members' count per host and per rack.
+* M: the bytes of a container that leaves, or comes back to, its current host.
+* P: the two hosts' busy cores (and whether either is empty).
+* D: the devils per host say which hosts are contended; a job lags while any of its
+  devils is on a contended host, so the search keeps per job that count.
+
+A swap is two moves made one after the other, so a flow between the two is counted
+right. A step is kept only if it lowers F.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections import Counter, defaultdict
+
+from clavis.instance import Assignment, Instance
+
+MAX_PASSES = 30  # sweeps over the talking containers at most, whatever the time limit
+HOSTS_TRIED = 4  # hosts a container is offered per sweep: where its partners are most
+PARTNERS_TRIED = 6  # containers of its size on such a host it may swap with
+GAIN = 1e-12  # least decrease of F worth a step
+
+
+class _State:
+    """A placement with what F's change under a move needs: per host its load and
+    devils, per job its devils on contended hosts, per all-to-all entry its members per
+    host and rack."""
+
+    def __init__(
+        self, inst: Instance, assignment: Assignment, k: tuple[float, float, float, float]
+    ) -> None:
+        self.inst = inst
+        self.k_p, self.k_d, self.k_c, self.k_m = k
+        self.host_of = list(assignment)
+        self.rack = [h.rack for h in inst.hosts]
+        self.on: list[set[int]] = [set() for _ in inst.hosts]
+        self.free = [h.cores for h in inst.hosts]
+        self.devil_cores = [0] * len(inst.hosts)
+        self.devils_on: list[set[int]] = [set() for _ in inst.hosts]
+        self.job_devil_cores: defaultdict[int, int] = defaultdict(int)
+        for ci, hi in enumerate(assignment):
+            c = inst.containers[ci]
+            self.on[hi].add(ci)
+            self.free[hi] -= c.cores
+            if c.devil:
+                self.devils_on[hi].add(ci)
+                self.devil_cores[hi] += c.cores
+                self.job_devil_cores[c.job] += c.cores
+        self.hot = [self._contended(hi) for hi in range(len(inst.hosts))]
+        self.hot_devils: defaultdict[int, int] = defaultdict(int)  # per job
+        for hi, devils in enumerate(self.devils_on):
+            if self.hot[hi]:
+                for ci in devils:
+                    self.hot_devils[inst.containers[ci].job] += 1
+        self.partners: list[list[tuple[int, float]]] = [[] for _ in inst.containers]
+        for f in inst.flows:
+            self.partners[f.a].append((f.b, f.bytes_per_s))
+            self.partners[f.b].append((f.a, f.bytes_per_s))
+        self.entries: list[list[int]] = [[] for _ in inst.containers]
+        self.per_host: list[Counter[int]] = []
+        self.per_rack: list[Counter[int]] = []
+        for ui, u in enumerate(inst.uniform):
+            for m in u.members:
+                self.entries[m].append(ui)
+            self.per_host.append(Counter(assignment[m] for m in u.members))
+            self.per_rack.append(Counter(self.rack[assignment[m]] for m in u.members))
+
+    def _contended(self, hi: int) -> bool:
+        devils = self.devils_on[hi]
+        return len(devils) >= 2 and self.devil_cores[hi] > self.inst.hosts[hi].devil_tolerance
+
+    def _watts(self, hi: int) -> float:
+        h = self.inst.hosts[hi]
+        used = h.cores - self.free[hi]
+        return h.idle_w + h.slope_w * used if used > 0 else h.empty_w
+
+    def cost(self, a: int, b: int) -> float:
+        if a == b:
+            return 0.0
+        if self.rack[a] == self.rack[b]:
+            return self.inst.same_rack_cost
+        return self.inst.cross_rack_cost
+
+    def traffic_change(self, ci: int, to: int) -> float:
+        """Change of C if container ci alone moved to host ``to``."""
+        frm = self.host_of[ci]
+        change = 0.0
+        for d, b in self.partners[ci]:
+            hd = self.host_of[d]
+            change += b * (self.cost(to, hd) - self.cost(frm, hd))
+        for ui in self.entries[ci]:
+            b = self.inst.uniform[ui].bytes_per_s
+            change += b * (self._paid(ui, ci, to) - self._paid(ui, ci, frm))
+        return change
+
+    def _paid(self, ui: int, ci: int, x: int) -> float:
+        """What member ci of all-to-all entry ui pays per byte/s to the other members
+        if it sits on host x (ci itself left out of the counts)."""
+        frm = self.host_of[ci]
+        on_host = self.per_host[ui][x] - (x == frm)
+        rack = self.rack[x]
+        in_rack = self.per_rack[ui][rack] - (rack == self.rack[frm])
+        others = len(self.inst.uniform[ui].members) - 1
+        same, cross = self.inst.same_rack_cost, self.inst.cross_rack_cost
+        return same * (in_rack - on_host) + cross * (others - in_rack)
+
+    def moved_change(self, ci: int, to: int) -> float:
+        """Change of M if container ci moved to host ``to``."""
+        home = self.inst.current[ci]
+        if home is None:
+            return 0.0
+        frm = self.host_of[ci]
+        return self.inst.containers[ci].memory_bytes * ((home != to) - (home != frm))
+
+    def step(self, ci: int, to: int) -> float:
+        """Moves container ci to host ``to`` and returns F's change."""
+        frm = self.host_of[ci]
+        if frm == to:
+            return 0.0
+        c = self.inst.containers[ci]
+        change = self.k_c * self.traffic_change(ci, to) + self.k_m * self.moved_change(ci, to)
+        watts = self._watts(frm) + self._watts(to)
+        lagging = {}  # job: lagging before, for the jobs this may touch
+        for hi in (frm, to):
+            for d in self.devils_on[hi]:
+                job = self.inst.containers[d].job
+                lagging[job] = self.hot_devils[job] > 0
+        lagging[c.job] = self.hot_devils[c.job] > 0
+        self._place(ci, frm, to)
+        change += self.k_p * (self._watts(frm) + self._watts(to) - watts)
+        for job, was in lagging.items():
+            now = self.hot_devils[job] > 0
+            if now != was:
+                change += self.k_d * self.job_devil_cores[job] * (1 if now else -1)
+        return change
+
+    def _place(self, ci: int, frm: int, to: int) -> None:
+        c = self.inst.containers[ci]
+        if c.devil and self.hot[frm]:
+            self.hot_devils[c.job] -= 1
+        self.on[frm].discard(ci)
+        self.on[to].add(ci)
+        self.free[frm] += c.cores
+        self.free[to] -= c.cores
+        self.host_of[ci] = to
+        if c.devil:
+            self.devils_on[frm].discard(ci)
+            self.devils_on[to].add(ci)
+            self.devil_cores[frm] -= c.cores
+            self.devil_cores[to] += c.cores
+            self._restate(frm, ci)
+            self._restate(to, ci)
+            if self.hot[to]:
+                self.hot_devils[c.job] += 1
+        for ui in self.entries[ci]:
+            self.per_host[ui][frm] -= 1
+            self.per_host[ui][to] += 1
+            self.per_rack[ui][self.rack[frm]] -= 1
+            self.per_rack[ui][self.rack[to]] += 1
+
+    def _restate(self, hi: int, moved: int) -> None:
+        """Host hi's contention after devil ``moved`` left or came, and the counts of its
+        other devils' jobs (the moved one is counted by _place)."""
+        hot = self._contended(hi)
+        if hot == self.hot[hi]:
+            return
+        self.hot[hi] = hot
+        for d in self.devils_on[hi]:
+            if d != moved:
+                self.hot_devils[self.inst.containers[d].job] += 1 if hot else -1
+
+    def near(self, ci: int) -> list[int]:
+        """Hosts other than its own where container ci's traffic goes most."""
+        here = self.host_of[ci]
+        weight: defaultdict[int, float] = defaultdict(float)
+        for d, b in self.partners[ci]:
+            weight[self.host_of[d]] += b
+        for ui in self.entries[ci]:
+            b = self.inst.uniform[ui].bytes_per_s
+            for hi, n in self.per_host[ui].most_common(HOSTS_TRIED + 1):
+                weight[hi] += b * n
+        weight.pop(here, None)
+        ranked = heapq.nlargest(HOSTS_TRIED, weight.items(), key=lambda hw: hw[1])
+        return [hi for hi, w in ranked if w > 0]
+
+
+def exchange(
+    inst: Instance,
+    assignment: Assignment,
+    *,
+    k: tuple[float, float, float, float],
+    deadline: float,
+) -> Assignment:
+    """Moves and swaps of containers towards the hosts they talk to, each lowering F
+    (k: F's coefficients of P, D, C and M, Bounds.linear), until none is found or the
+    deadline (time.monotonic) passes."""
+    if k[2] <= 0 or (not inst.flows and not inst.uniform):
+        return assignment
+    state = _State(inst, assignment, k)
+    talking = [ci for ci in range(len(inst.containers)) if state.partners[ci] or state.entries[ci]]
+    for _ in range(MAX_PASSES):
+        steps = 0
+        for ci in talking:
+            if time.monotonic() >= deadline:
+                return tuple(state.host_of)
+            steps += _best_step(state, ci)
+        if steps == 0:
+            break
+    return tuple(state.host_of)
+
+
+def _best_step(state: _State, ci: int) -> int:
+    """Makes the best F-lowering step of container ci towards the hosts it talks to
+    most: a move into free cores, or a swap with a container of its size there. 1 if it
+    made one."""
+    inst = state.inst
+    here = state.host_of[ci]
+    cores = inst.containers[ci].cores
+    best, pick, swap = -GAIN, -1, -1
+    for there in state.near(ci):
+        if not inst.allowed(ci, there):
+            continue
+        room = state.free[there] >= cores
+        others = [
+            o
+            for o in state.on[there]
+            if inst.containers[o].cores == cores and inst.allowed(o, here)
+        ]
+        if not room and not others:
+            continue
+        first = state.step(ci, there)
+        if room and first < best:
+            best, pick, swap = first, there, -1
+        for other in others[:PARTNERS_TRIED]:
+            total = first + state.step(other, here)
+            state.step(other, there)
+            if total < best:
+                best, pick, swap = total, there, other
+        state.step(ci, here)
+    if pick < 0:
+        return 0
+    state.step(ci, pick)
+    if swap >= 0:
+        state.step(swap, here)
+    return 1
