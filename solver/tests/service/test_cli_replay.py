@@ -56,6 +56,14 @@ def test_a_deterministic_plan_of_a_real_clavisd_replays_exactly(tmp_path: Path) 
         exported = _run("plan", "export", str(plan["id"]), "--out", str(tmp_path / "r.json"),
                         *conn)  # fmt: skip
         assert exported.returncode == 0, exported.stderr
+        # A dry run's record (not stored): the same state, solved deterministically again,
+        # gives the stored plan's answer.
+        dry = _run("repack", "--dry-run", "--replay-out", str(tmp_path / "dry.json"), *conn)
+        assert dry.returncode == 0 and "dry run: nothing stored" in dry.stdout, dry.stderr
+        nowhere = _run("repack", "--replay-out", "/nonexistent/r.json", *conn)
+        assert nowhere.returncode == 2
+        assert "--replay-out: directory /nonexistent does not exist" in nowhere.stderr
+        assert len(d.call("GET", "/api/v1/plans")) == 1
         missing = _run("plan", "export", "99", "--out", str(tmp_path / "none.json"), *conn)
         assert missing.returncode == 2 and "(404): " in missing.stderr and "no plan 99" in (
             missing.stderr)  # fmt: skip
@@ -66,6 +74,10 @@ def test_a_deterministic_plan_of_a_real_clavisd_replays_exactly(tmp_path: Path) 
     assert json.loads(text) == json.loads((tmp_path / "pass.json").read_text())
     rec = replay.decode(text, "r.json")
     assert rec.plan == plan["id"] and rec.options.deterministic
+    dry_rec = replay.decode((tmp_path / "dry.json").read_text(), "dry.json")
+    assert dry_rec.plan is None and dry_rec.made > rec.made
+    assert (dry_rec.current, dry_rec.workload) == (rec.current, rec.workload)
+    assert dry_rec.outcome.assignment == rec.outcome.assignment
     assert plan["summary"]["f_solver"] == rec.outcome.F
     # The replay runs apart from clavisd, against the cluster file clavisd reads.
     out = tmp_path / "replayed.json"
