@@ -42,7 +42,8 @@ def _table(rows: tuple[Row, ...], head: tuple[str, str]) -> str:
 
 def describe_record(record: ReplayRecord, source: str) -> str:
     made = dt.datetime.fromtimestamp(record.made, dt.UTC).isoformat(timespec="seconds")
-    plan = f"plan {record.plan}" if record.plan is not None else "a plan not stored (dry run)"
+    plan = (f"plan {record.plan}" if record.plan is not None
+            else "a plan not stored (a dry run's, or a deferred one)")  # fmt: skip
     jobs = record.workload.jobs
     w, o = record.weights, record.options
     wv = w.values

@@ -274,10 +274,9 @@ def check_cluster(record: ReplayRecord, ours: Cluster, source: str, where: str) 
     """Refuse a record made for another cluster than ``ours`` (its name, hosts, their
     cores and racks; power and states may differ: clavisd fits power models and drains
     silent hosts)."""
-    other = cluster_mismatch(record.cluster, ours)
+    other = cluster_mismatch(record.cluster, ours, "the record", f"{where} names")
     if other is not None:
-        raise ReplayError(f"{source}: cluster: the record is for another cluster than "
-                          f"{where}: {other}")  # fmt: skip
+        raise ReplayError(f"{source}: cluster: the record is for another cluster: {other}")
 
 
 def instance(record: ReplayRecord, source: str) -> Instance:

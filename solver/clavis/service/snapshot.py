@@ -101,7 +101,9 @@ def take(
     )
 
 
-def cluster_mismatch(theirs: Cluster, ours: Cluster, what: str = "the front") -> str | None:
+def cluster_mismatch(
+    theirs: Cluster, ours: Cluster, what: str = "the front", here: str = "clavisd runs"
+) -> str | None:
     """How a cluster a document was made for (``what``: a front, a replay record) differs
     from clavisd's (its name, hosts, their racks and cores), or None. Weights calibrated on
     another cluster's trade-offs would steer this one by numbers that do not describe it,
@@ -109,15 +111,15 @@ def cluster_mismatch(theirs: Cluster, ours: Cluster, what: str = "the front") ->
     differ: such documents come from snapshots, with fitted power models and draining
     hosts."""
     if theirs.name != ours.name:
-        return f"cluster {theirs.name!r}, but clavisd runs {ours.name!r}"
+        return f"cluster {theirs.name!r}, but {here} {ours.name!r}"
     mine = {h.name: h for h in ours.hosts}
     given = {h.name: h for h in theirs.hosts}
     missing, extra = sorted(mine.keys() - given.keys()), sorted(given.keys() - mine.keys())
     if missing or extra:
         return f"hosts not in {what}: {missing[:5]}; hosts not in this cluster: {extra[:5]}"
     for name, h in sorted(given.items()):
-        here = mine[name]
-        if (h.cores, h.rack) != (here.cores, here.rack):
+        own = mine[name]
+        if (h.cores, h.rack) != (own.cores, own.rack):
             return (f"host {name!r} has {h.cores} cores in rack {h.rack!r} in {what}, "
-                    f"{here.cores} in rack {here.rack!r} here")  # fmt: skip
+                    f"{own.cores} in rack {own.rack!r} here")  # fmt: skip
     return None

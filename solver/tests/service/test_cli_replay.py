@@ -184,11 +184,11 @@ def test_bad_records_exit_2_naming_the_file_and_field_and_write_nothing(
          "front.json: kind: 'clavis.front' is not a replay record"),
         ("plan.json", plan_doc, [], "plan.json: this is a plan (GET /api/v1/plans/ID), not"),
         ("other.json", doc, ["--cluster", str(tmp_path / "other.yaml")],
-         "other.json: cluster: the record is for another cluster than --cluster "
-         f"{tmp_path / 'other.yaml'}: cluster 'test', but clavisd runs 'elsewhere'"),
+         "other.json: cluster: the record is for another cluster: cluster 'test', but "
+         f"--cluster {tmp_path / 'other.yaml'} names 'elsewhere'"),
         ("wider.json", doc, ["--cluster", str(tmp_path / "wider.yaml")],
-         "wider.json: cluster: the record is for another cluster than --cluster "
-         f"{tmp_path / 'wider.yaml'}: host 'h1' has 8 cores"),
+         "wider.json: cluster: the record is for another cluster: host 'h1' has 8 cores in "
+         "rack 'r1' in the record, 16 in rack 'r1' here"),
         ("stray.json", _bad(doc, outcome__assignment={**doc["outcome"]["assignment"],
                                                       "a1": "h9"}), [],
          "stray.json: outcome.assignment names hosts not in the cluster: ['h9']"),
