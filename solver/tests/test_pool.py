@@ -85,10 +85,12 @@ def test_realistic_snapshot_rounds_to_a_placement_close_to_the_bound(seed: int) 
     assert placed is not None and not violations(inst, placed)
     f = score(inst, placed, w, limits).F
     assert got.bound <= f
-    # Far closer to the bound than Slurm's default schedule (CoreRR): measured 0.28 and
-    # 0.35 of CoreRR's excess.
+    # Far closer to the bound than Slurm's default schedule (CoreRR): measured 0.17 and
+    # 0.35 of CoreRR's excess (0.28 and 0.35 when turtles filled slots of their own size,
+    # not a template's turtle cores).
     slurm = score(inst, corerr(inst), w, limits).F
-    assert f - got.bound < 0.5 * (slurm - got.bound), (f, slurm, got.bound)
+    share = {5: 0.22, 7: 0.5}[seed]
+    assert f - got.bound < share * (slurm - got.bound), (f, slurm, got.bound)
 
 
 def test_regroup_changes_only_traffic_and_migration_and_never_for_the_worse() -> None:

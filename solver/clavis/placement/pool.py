@@ -55,6 +55,7 @@ BIG = 10.0
 EPS = 1e-9
 ONE_DEVIL_COLUMNS = 4  # calm columns per host type and round built around one devil group
 MAX_ROUNDS = 2000  # column generation rounds at most, whatever the time limit
+TURTLES = -1  # the rounding's key for a host template's turtle cores
 
 
 @dataclass(frozen=True)
@@ -680,34 +681,57 @@ def round_by_jobs(
             calm_of[hi] = _calm(pb, t, host.counts)
             for gi, n in enumerate(host.counts):
                 if n:
-                    slots[(hi, gi)] = n
-                    free[(gi, calm_of[hi])][inst.hosts[hi].rack].append(hi)
+                    # A template's turtle slots are turtle cores of any size: P and D are
+                    # the same whatever turtles fill them, and a job's turtles then fill
+                    # whole hosts, not the slots of their size on many.
+                    key = TURTLES if not pb.groups[gi].devil else gi
+                    if (hi, key) not in slots:
+                        free[(key, calm_of[hi])][inst.hosts[hi].rack].append(hi)
+                    slots[(hi, key)] = slots.get((hi, key), 0) + (
+                        n * pb.groups[gi].cores if key == TURTLES else n
+                    )
     group_of = {(g.cores, g.devil): gi for gi, g in enumerate(pb.groups)}
     traffic = _traffic_by_job(inst)
     assignment: list[int | None] = [None] * len(inst.containers)
 
-    def take(gi: int, kinds: list[bool], near: list[int]) -> int | None:
-        for calm in kinds:
-            for hi in near:  # a host of the job, most recent first
-                if calm_of.get(hi) == calm and slots.get((hi, gi), 0) > 0:
-                    return hi
-        for calm in kinds:
-            if near:
-                rack = inst.hosts[near[0]].rack
-                hs = free[(gi, calm)].get(rack, [])
-                while hs and slots[(hs[0], gi)] == 0:
-                    hs.pop(0)
-                if hs:
-                    return hs[0]
-        best: tuple[int, int] | None = None
-        for calm in kinds:
-            for hs in free[(gi, calm)].values():
-                while hs and slots[(hs[0], gi)] == 0:
-                    hs.pop(0)
-                if hs and (best is None or len(hs) > best[0]):
-                    best = (len(hs), hs[0])
-            if best is not None:
-                return best[1]
+    # Per up host, the cores its template leaves free (all of an unused host's).
+    outside = {hi: h.cores for hi, h in enumerate(inst.hosts) if h.state == "up"}
+    for (hi, key), n in slots.items():
+        outside[hi] -= n if key == TURTLES else n * pb.groups[key].cores
+
+    def need(gi: int, cores: int) -> int:
+        return cores if gi == TURTLES else 1
+
+    def first(hs: list[int], gi: int, cores: int) -> int | None:
+        # Drop the hosts with nothing left; the first with room enough for this one.
+        while hs and slots[(hs[0], gi)] <= 0:
+            hs.pop(0)
+        return next((hi for hi in hs if slots[(hi, gi)] >= need(gi, cores)), None)
+
+    def take(gi: int, cores: int, kinds: list[bool], near: list[int]) -> int | None:
+        """A host with room of group gi (of turtle cores): of the job, else in the rack
+        of its last one, else in the rack with most such hosts. A devil tries every
+        place of its first kind before its second (a lagging job's devil must not use
+        up a calm host's room that a calm job needs); a turtle, either kind at each."""
+        passes = [[calm] for calm in kinds] if gi != TURTLES else [kinds]
+        for kinds_now in passes:
+            for calm in kinds_now:
+                for hi in near:  # a host of the job, most recent first
+                    if calm_of.get(hi) == calm and slots.get((hi, gi), 0) >= need(gi, cores):
+                        return hi
+            for calm in kinds_now:
+                if near:
+                    hit = first(free[(gi, calm)].get(inst.hosts[near[0]].rack, []), gi, cores)
+                    if hit is not None:
+                        return hit
+            best: tuple[int, int] | None = None
+            for calm in kinds_now:
+                for hs in free[(gi, calm)].values():
+                    hit = first(hs, gi, cores)
+                    if hit is not None and (best is None or len(hs) > best[0]):
+                        best = (len(hs), hit)
+                if best is not None:
+                    return best[1]
         return None
 
     members: dict[int, list[int]] = defaultdict(list)
@@ -719,7 +743,7 @@ def round_by_jobs(
         near: list[int] = []
         for ci in members[job]:
             c = inst.containers[ci]
-            gi = group_of[(c.cores, c.devil)]
+            gi = group_of[(c.cores, c.devil)] if c.devil else TURTLES
             if not c.devil:
                 kinds = [True, False]
             elif job in lagging:
@@ -727,12 +751,19 @@ def round_by_jobs(
             else:
                 kinds = [True]
             # A calm job's devil with no calm slot left takes a contended one: it lags.
-            at = take(gi, kinds, near)
+            at = take(gi, c.cores, kinds, near)
             if at is None:
-                at = take(gi, [False], near)
+                at = take(gi, c.cores, [False], near)
+            if at is None and not c.devil:
+                # Turtle cores left in pieces too small for it: cores no template
+                # holds, on a host in use, else on one more host.
+                at = _roomiest(inst, outside, c.cores, near)
+                if at is not None:
+                    outside[at] -= c.cores
+            elif at is not None:
+                slots[(at, gi)] -= need(gi, c.cores)
             if at is None:
                 return None
-            slots[(at, gi)] -= 1
             assignment[ci] = at
             if at in near:
                 near.remove(at)
@@ -741,3 +772,15 @@ def round_by_jobs(
     if any(a is None for a in assignment):
         return None
     return tuple(a for a in assignment if a is not None)
+
+
+def _roomiest(inst: Instance, outside: dict[int, int], cores: int, near: list[int]) -> int | None:
+    """A host with ``cores`` outside its template: one of the job's, else the fullest
+    host in use that has them, else an unused up host (None if there is none)."""
+    for hi in near:
+        if outside.get(hi, 0) >= cores:
+            return hi
+    fits = [hi for hi, free in outside.items() if free >= cores]
+    busy = [hi for hi in fits if outside[hi] < inst.hosts[hi].cores]
+    pool = busy or fits
+    return min(pool, key=lambda hi: outside[hi]) if pool else None
