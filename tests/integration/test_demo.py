@@ -79,6 +79,20 @@ def test_scenario_is_bounded_and_leaves_no_demo_job(outcome: dict[str, Any]) -> 
     assert "clavis-testbed down" in outcome["text"].splitlines()[-1]
 
 
+def test_scenario_reports_where_its_time_goes(outcome: dict[str, Any]) -> None:
+    """The phase breakdown `make bench-demo` records: every phase timed, their sum
+    within the total (each is rounded to 0.1 s), and the narration's `phases (s)` line."""
+    seconds = outcome["out"].seconds
+    phases = ("up", "hosts", "build", "jobs", "linked", "classes", "advice", "unhinted",
+              "pinned", "dry_run", "agents_stopped", "apply", "plan", "slurm_view", "settle",
+              "objectives", "cancel")  # fmt: skip
+    assert all(seconds.get(p, -1.0) >= 0 for p in phases), seconds
+    parts = sum(v for k, v in seconds.items() if k != "total")
+    assert parts <= seconds["total"] + 0.05 * len(seconds), seconds
+    line = next(ln for ln in outcome["text"].splitlines() if ln.startswith("phases (s): "))
+    assert f"total={seconds['total']:.1f}" in line, line
+
+
 def test_every_host_reports_with_watts(outcome: dict[str, Any]) -> None:
     out = outcome["out"]
     st = tb.status()
