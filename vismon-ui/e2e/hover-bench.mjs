@@ -4,6 +4,10 @@
 // Each sample: a mousemove dispatched on the P-D screen at a schedule's point, timed in the
 // page from the event to the second animation frame after it (the hover text set, the
 // other screens and the parallel view highlighted, the placement drawn, and painted).
+// Also timed: the event's synchronous handlers alone, and a move over no schedule to the
+// second frame after it (what the two frames cost when a hover does nothing).
+// With PROFILE set, the hovers are recorded as a Chrome trace there (timeline and sampled
+// JS profile), which bench/ui/hover_bench.py --profile sums up.
 import { writeFileSync } from "node:fs";
 import { chromium } from "playwright-core";
 
@@ -24,6 +28,16 @@ try {
   await page.fill("#password", "admin-pass");
   await page.click("form.login button[type=submit]");
   await page.waitForFunction(() => (window.vismon?.ids.length ?? 0) > 0 && document.querySelectorAll(".screen canvas").length >= 3);
+  const profile = process.env.PROFILE;
+  if (profile) {
+    await browser.startTracing(page, {
+      path: profile,
+      categories: [
+        "devtools.timeline", "disabled-by-default-devtools.timeline", "v8.execute",
+        "disabled-by-default-v8.cpu_profiler", "blink", "cc", "gpu",
+      ],
+    });
+  }
   const result = await page.evaluate(async (n) => {
     const v = window.vismon;
     const screen = document.querySelectorAll(".screen")[0];
@@ -31,23 +45,34 @@ try {
     const canvas = screen.querySelector("canvas");
     const frame = () => new Promise((r) => requestAnimationFrame(() => r()));
     const hoverText = document.querySelector(".hover");
+    const move = (x, y) => canvas.dispatchEvent(new MouseEvent("mousemove", { clientX: x, clientY: y, bubbles: true }));
     const out = [];
+    const handler = [];
+    const floor = [];
     let missed = 0;
     for (let k = 0; k < n; k++) {
       const id = v.ids[(k * 7919) % v.ids.length];
       const p = v.screens.pixelOf(0, id);
       const box = canvas.getBoundingClientRect();
       const t0 = performance.now();
-      canvas.dispatchEvent(new MouseEvent("mousemove", { clientX: box.left + p[0], clientY: box.top + p[1], bubbles: true }));
+      move(box.left + p[0], box.top + p[1]);
+      handler.push(performance.now() - t0); // the event's own handlers, synchronous
       await frame();
       await frame();
       out.push(performance.now() - t0);
       if (!hoverText.textContent.startsWith("Schedule ")) missed++;
-      canvas.dispatchEvent(new MouseEvent("mousemove", { clientX: box.left + 2, clientY: box.top + 2, bubbles: true }));
+      move(box.left + 2, box.top + 2);
       await frame();
+      // The same measure of a move over nothing: the two frames' own cadence.
+      const t1 = performance.now();
+      move(box.left + 3, box.top + 3);
+      await frame();
+      await frame();
+      floor.push(performance.now() - t1);
     }
-    return { samples: out, missed, points: v.ids.length };
+    return { samples: out, handler, floor, missed, points: v.ids.length };
   }, hovers);
+  if (profile) await browser.stopTracing();
   writeFileSync(process.env.OUT ?? "hover.json", JSON.stringify(result));
   console.log(`hovered ${result.samples.length} times on ${result.points} schedules, ${result.missed} missed`);
 } finally {

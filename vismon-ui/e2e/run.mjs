@@ -66,6 +66,16 @@ async function pickOn(k) {
   await page.mouse.move(box.x + target.x, box.y + target.y);
   // Linked hover: the schedule is named under the screens wherever it is hovered.
   await page.waitForFunction((id) => document.querySelector(".hover")?.textContent?.startsWith(`Schedule ${id}:`), target.id);
+  // ... and lit on every screen (those of M too), at its own point there.
+  const off = await page.evaluate((id) => [...document.querySelectorAll(".screen")].map((s, j) => {
+    const mark = s.querySelector(".lit");
+    const p = window.vismon.screens.pixelOf(j, id);
+    if (!mark || mark.hidden || !p) return Infinity;
+    const m = mark.getBoundingClientRect();
+    const b = s.getBoundingClientRect();
+    return Math.hypot(m.left + m.width / 2 - (b.left + s.clientLeft + p[0]), m.top + m.height / 2 - (b.top + s.clientTop + p[1]));
+  }), target.id);
+  check(off.length >= 3 && off.every((d) => d < 1.5), `schedule ${target.id} lit at its point on every screen (off by ${off.map((d) => d.toFixed(1))} px)`);
   // The placement drawing follows the hover: racks, hosts and one mark per container.
   await page.waitForSelector(`#placement-drawing[data-schedule="${target.id}"] svg.placement`);
   await page.mouse.click(box.x + target.x, box.y + target.y);
@@ -114,6 +124,11 @@ try {
     check((await page.locator(".screen").count()) === 3, "three screens");
     for (const k of [0, 1, 2]) picks.push(await pickOn(k));
     check(new Set(picks).size === 3, `three different schedules: ${picks}`);
+    // Off the points, nothing is lit and the hover text says how to hover.
+    const box = await page.locator(".screen").first().boundingBox();
+    await page.mouse.move(box.x + 3, box.y + 3);
+    await page.waitForFunction(() => document.querySelector(".hover")?.textContent?.startsWith("Hover a schedule"));
+    check(await page.$$eval(".screen .lit", (ms) => ms.length === 3 && ms.every((m) => m.hidden)), "no schedule lit once the mouse leaves it");
   });
 
   await step("calibrate shows the weights of both methods", async () => {

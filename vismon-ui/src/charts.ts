@@ -40,18 +40,30 @@ export function paretoScreens(
 ): Screens {
   const index = indexById(front);
   const els: HTMLElement[] = [];
-  // The schedule highlighted on the other screens: only it is downplayed when the hover
-  // moves, since downplaying a whole series restyles every point (slow at 2,000).
+  // The lit schedule is a mark of our own over each screen's canvas, moved to the
+  // schedule's pixel: lighting one leaves the charts alone. A chart's own highlight
+  // (emphasis) repaints all of its 2,000 points, a hover on three screens and the
+  // parallel view over 50 ms of canvas work and upload on their own (docs/ui.md, Speed).
+  const marks: HTMLElement[] = [];
   let lit: number | null = null;
-  const link = (from: number, i: number | null) => {
-    charts.forEach((c, j) => {
-      if (j === from) return;
-      if (lit !== null) c.dispatchAction({ type: "downplay", seriesIndex: 0, dataIndex: lit });
-      if (i !== null) c.dispatchAction({ type: "highlight", seriesIndex: 0, dataIndex: i });
-    });
-    lit = i;
+  const place = (k: number) => {
+    const mark = marks[k];
+    const pair = pairs[k];
+    const p = lit === null ? undefined : front.points[lit];
+    const px = p && pair ? charts[k]?.convertToPixel({ seriesIndex: 0 }, [p.normalised[pair[0]], p.normalised[pair[1]]]) : null;
+    if (!mark) return;
+    if (!px) {
+      mark.hidden = true;
+      return;
+    }
+    mark.style.transform = `translate(${px[0] as number}px, ${px[1] as number}px)`;
+    mark.hidden = false;
   };
-  const charts = pairs.map(([x, y], k) => {
+  const light = (i: number | null) => {
+    lit = i;
+    marks.forEach((_, k) => place(k));
+  };
+  const charts = pairs.map(([x, y]) => {
     const el = document.createElement("div");
     el.className = "screen";
     el.setAttribute("role", "img");
@@ -78,7 +90,8 @@ export function paretoScreens(
           data: screenData(front, x, y),
           symbolSize: 9,
           itemStyle: { color: COLOURS.point, borderColor: "#1a1a1a", borderWidth: 0.5 },
-          emphasis: { scale: 1.8, itemStyle: { color: COLOURS.hovered, borderColor: "#000" } },
+          // Lit by the mark above instead (on every screen alike).
+          emphasis: { disabled: true },
           large: false,
         },
         {
@@ -93,16 +106,21 @@ export function paretoScreens(
         },
       ],
     });
+    const mark = document.createElement("div");
+    mark.className = "lit";
+    mark.hidden = true;
+    mark.setAttribute("aria-hidden", "true");
+    el.append(mark);
+    marks.push(mark);
     chart.on("mouseover", (p) => {
       const id = (p.data as number[])[2];
       if (id === undefined) return;
       onHover(id);
-      const i = index.get(id);
-      if (i !== undefined) link(k, i);
+      light(index.get(id) ?? null);
     });
     chart.on("mouseout", () => {
       onHover(null);
-      link(k, null);
+      light(null);
     });
     chart.on("click", (p) => {
       const id = (p.data as number[])[2];
@@ -110,7 +128,10 @@ export function paretoScreens(
     });
     return chart;
   });
-  const ro = new ResizeObserver(() => charts.forEach((c) => c.resize()));
+  const ro = new ResizeObserver(() => {
+    charts.forEach((c) => c.resize());
+    light(lit);
+  });
   els.forEach((e) => ro.observe(e));
   return {
     charts: els,
@@ -123,7 +144,8 @@ export function paretoScreens(
     },
     pixelOf(k, id) {
       const pair = pairs[k];
-      const p = front.points.find((q) => q.id === id);
+      const i = index.get(id);
+      const p = i === undefined ? undefined : front.points[i];
       const chart = charts[k];
       if (!pair || !p || !chart) return null;
       const px = chart.convertToPixel({ seriesIndex: 0 }, [p.normalised[pair[0]], p.normalised[pair[1]]]);
@@ -172,6 +194,9 @@ export function parallelView(
   let lit: number | undefined;
   chart.setOption({
     animation: false,
+    // Highlights drawn on a layer of their own (all of them, not only past 3,000
+    // elements): lighting a line repaints that line, not the 2,000 under it.
+    hoverLayerThreshold: 0,
     parallel: { left: 40, right: 60, top: 30, bottom: 24 },
     parallelAxis: objectives.map((a, dim) => ({ dim, name: NAMES[a], min: 0, max: 1 })),
     series: [

@@ -113,7 +113,9 @@ export function calibratePage(ctx: Ctx, main: HTMLElement): void {
       drawing,
     );
     const f = front;
-    // The hovered schedule's placement, redrawn at most once a frame.
+    const byId = new Map(f.points.map((p) => [p.id, p]));
+    // The hovered schedule's placement, redrawn at most once a frame, and not again for
+    // the schedule already drawn.
     let pending: number | null = null;
     let frame = 0;
     const draw = (pid: number) => {
@@ -121,8 +123,8 @@ export function calibratePage(ctx: Ctx, main: HTMLElement): void {
       if (frame) return;
       frame = requestAnimationFrame(() => {
         frame = 0;
-        const p = f.points.find((q) => q.id === pending);
-        if (!p) return;
+        const p = pending === null ? undefined : byId.get(pending);
+        if (!p || drawing.dataset.schedule === String(p.id)) return;
         drawing.dataset.schedule = String(p.id);
         swap(
           drawing,
@@ -140,7 +142,7 @@ export function calibratePage(ctx: Ctx, main: HTMLElement): void {
       (pid) => {
         lines?.hover(pid);
         if (pid !== null) draw(pid);
-        const p = pid === null ? undefined : f.points.find((q) => q.id === pid);
+        const p = pid === null ? undefined : byId.get(pid);
         hover.textContent = p
           ? `Schedule ${p.id}: P ${p.raw.P.toFixed(1)} W · D ${p.raw.D.toFixed(2)} · C ${p.raw.C.toPrecision(3)} B/s` +
             (f.search.objectives.includes("M") ? ` · M ${p.raw.M.toFixed(2)}` : "")
