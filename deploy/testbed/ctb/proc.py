@@ -140,8 +140,8 @@ def stop(owned: Owned, grace: float = 5.0) -> None:
 def stop_all(owned: Sequence[Owned], grace: float = 5.0) -> None:
     """stop() for several processes at once: SIGTERM to all, one shared wait of at most
     grace seconds, SIGKILL to the survivors, at most 5 s more. For daemons that do not
-    depend on each other (the stack's, one per host): each takes its own time to exit,
-    and in turn their times add up."""
+    depend on each other (the stack's, one per host): each takes up to half a second to
+    exit, and stopped one after the other their times add up."""
     live = [p for p in owned if p.alive()]
     for sig, wait_s in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
         for p in live:
