@@ -5,11 +5,12 @@ from __future__ import annotations
 import math
 import random
 import time
+from collections.abc import Iterator
 
 import pytest
 from test_lower import drained_cases, enumerated_cases
 
-from clavis.instance import build_instance
+from clavis.instance import Assignment, Instance, build_instance
 from clavis.model import Cluster, Workload
 from clavis.objectives import Weights, bounds, evaluate, score, straggling_jobs, violations
 from clavis.placement import lower, pool
@@ -93,7 +94,9 @@ def test_realistic_snapshot_rounds_to_a_placement_close_to_the_bound(seed: int) 
     assert f - got.bound < share * (slurm - got.bound), (f, slurm, got.bound)
 
 
-def test_regroup_changes_only_traffic_and_migration_and_never_for_the_worse() -> None:
+def _random_starts() -> Iterator[tuple[int, Instance, Assignment, random.Random]]:
+    """Realistic 80-host snapshots, every other one with a current placement, and a
+    random placement of each: (seed, instance, placement, the seed's generator)."""
     for seed in range(4):
         cluster, workload, current = generate(
             RealisticSpec(hosts=80, seed=seed, current=seed % 2 == 1)
@@ -102,6 +105,11 @@ def test_regroup_changes_only_traffic_and_migration_and_never_for_the_worse() ->
         rng = random.Random(seed)
         start = random_assignment(inst, rng)
         assert start is not None
+        yield seed, inst, start, rng
+
+
+def test_regroup_changes_only_traffic_and_migration_and_never_for_the_worse() -> None:
+    for seed, inst, start, _rng in _random_starts():
         (_kp, _kd, k_c, k_m), _ = bounds(inst).linear(Weights(1, 1, 3, 1))
         after = regroup(inst, start, k_c=k_c, k_m=k_m, deadline=time.monotonic() + 10)
         assert not violations(inst, after)
@@ -112,14 +120,7 @@ def test_regroup_changes_only_traffic_and_migration_and_never_for_the_worse() ->
 
 
 def test_exchange_steps_change_f_as_the_evaluator_says_and_never_raise_it() -> None:
-    for seed in range(4):
-        cluster, workload, current = generate(
-            RealisticSpec(hosts=80, seed=seed, current=seed % 2 == 1)
-        ).models()
-        inst = build_instance(cluster, workload, current)
-        rng = random.Random(seed)
-        start = random_assignment(inst, rng)
-        assert start is not None
+    for seed, inst, start, rng in _random_starts():
         w = Weights(1 + seed, 2, 3, 1)
         limits = bounds(inst)
         k, _ = limits.linear(w)
