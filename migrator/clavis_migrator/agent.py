@@ -35,8 +35,8 @@ class Agent:
         self.store = StepStore(state / "steps")
 
         def peer(step: MigrationStep) -> PeerClient:
-            # the target's restore: lxc-checkpoint, lxc-attach checks, the hook (hooks.py)
-            slow = 3 * cfg.lxc.timeout_s + HOOK_TIMEOUT_S
+            # the target's restore: the backend's restore and checks, the hook (hooks.py)
+            slow = 3 * cfg.backend_timeout_s() + HOOK_TIMEOUT_S
             if step.peer_key is None or step.peer_key_id is None:
                 raise PeerError(f"step {step.step_id} came without its peer key")
             # the server stored the key unwrapped (server.py, POST /api/v1/steps)

@@ -21,6 +21,8 @@ import sys
 import time
 from typing import Final
 
+from clavis_migrator.backend import BackendError
+
 ETH_P_ARP: Final = 0x0806
 BROADCAST: Final = b"\xff" * 6
 
@@ -53,6 +55,29 @@ def addresses() -> list[tuple[str, str, str]]:
             if a.get("family") == "inet":
                 found.append((str(link["ifname"]), str(link["address"]), str(a["local"])))
     return found
+
+
+def from_netns(pid: int, timeout_s: float = 30) -> str:
+    """Announce from the netns of process ``pid`` (a restored container's init), as the
+    backends do after a restore; what was announced, or BackendError."""
+    argv = [
+        "nsenter",
+        f"--net=/proc/{pid}/ns/net",
+        "--",
+        sys.executable,
+        "-m",
+        "clavis_migrator.announce",
+    ]
+    try:
+        cp = subprocess.run(
+            argv, capture_output=True, text=True, timeout=timeout_s,
+            stdin=subprocess.DEVNULL, check=False,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise BackendError(f"gratuitous ARP: {exc}") from exc
+    if cp.returncode != 0:
+        raise BackendError(f"gratuitous ARP failed: {cp.stderr.strip()[-300:]}")
+    return cp.stdout.strip() or "nothing (no IPv4 address)"
 
 
 def main() -> int:

@@ -16,10 +16,20 @@ from pathlib import Path
 
 from clavis_contracts.keys import KeyFileError, load_keys, own_key
 from clavis_migrator.agent import Agent
-from clavis_migrator.config import ConfigError, load
+from clavis_migrator.backend import Backend
+from clavis_migrator.config import Config, ConfigError, load
 from clavis_migrator.lxc import LxcBackend
+from clavis_migrator.lxd import LxdBackend
 
 log = logging.getLogger("clavis_migrator")
+
+
+def make_backend(cfg: Config) -> Backend:
+    """The backend the config's ``backend`` names (config.BACKENDS)."""
+    state = Path(cfg.state_dir)
+    if cfg.backend == "lxd":
+        return LxdBackend(cfg.lxd, cfg.host, state)
+    return LxcBackend(cfg.lxc, state)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -42,7 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         own_key(Path(cfg.key_file), cfg.host)  # the first key must be this host's
         keys = load_keys(Path(cfg.key_file))
-        agent = Agent(cfg, keys, LxcBackend(cfg.lxc, Path(cfg.state_dir)))
+        agent = Agent(cfg, keys, make_backend(cfg))
     except (KeyFileError, OSError, ValueError) as exc:
         print(f"clavis-migrator: cannot start: {exc}", file=sys.stderr)
         return 1

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
-BACKENDS: Final = ("lxc",)
+BACKENDS: Final = ("lxc", "lxd")
 
 
 class ConfigError(ValueError):
@@ -43,6 +43,26 @@ class LxcConfig:
 
 
 @dataclass(frozen=True)
+class LxdConfig:
+    """The LXD/Incus backend (lxd.py): stateful stop, the daemons' own migration, stateful
+    start. The same API serves LXD and Incus; only the socket's path differs."""
+
+    # the daemon's local REST socket (snap LXD: /var/snap/lxd/common/lxd/unix.socket,
+    # Incus: /var/lib/incus/unix.socket)
+    socket: str = "/var/lib/lxd/unix.socket"
+    # host:port of this daemon's HTTPS API (core.https_address) as the other hosts' daemons
+    # reach it: a target's daemon pulls the instance from there
+    address: str = ""
+    project: str = "default"
+    # one LXD operation (stateful stop, the pull of the instance, stateful start)
+    timeout_s: float = 120.0
+    # one request that is not an operation
+    request_timeout_s: float = 10.0
+    # after a restore, broadcast gratuitous ARPs from the container (announce.py)
+    announce: bool = True
+
+
+@dataclass(frozen=True)
 class Config:
     host: str = field(default_factory=lambda: socket.gethostname().split(".")[0])
     listen: str = "0.0.0.0"
@@ -66,6 +86,11 @@ class Config:
     # argv of the site's network hook (hooks.py), run after a restore here; empty: none
     network_hook: tuple[str, ...] = ()
     lxc: LxcConfig = field(default_factory=LxcConfig)
+    lxd: LxdConfig = field(default_factory=LxdConfig)
+
+    def backend_timeout_s(self) -> float:
+        """How long one restore by the configured backend may take."""
+        return self.lxd.timeout_s if self.backend == "lxd" else self.lxc.timeout_s
 
     def host_cores(self) -> int:
         return self.cores or os.cpu_count() or 1
@@ -155,6 +180,29 @@ def _check(cfg: Config, problems: list[str]) -> None:
             problems.append(f"lxc.{key}: options are CRIU long names without '--', got {bad}")
     if not 0 < cfg.lxc.timeout_s <= 3600:
         problems.append("lxc.timeout_s: must be within 0..3600 (not 0)")
+    _check_lxd(cfg, problems)
+
+
+def _check_lxd(cfg: Config, problems: list[str]) -> None:
+    if not cfg.lxd.socket.startswith("/"):
+        problems.append(f"lxd.socket: not an absolute path: {cfg.lxd.socket!r}")
+    for key in ("timeout_s", "request_timeout_s"):
+        if not 0 < getattr(cfg.lxd, key) <= 3600:
+            problems.append(f"lxd.{key}: must be within 0..3600 (not 0)")
+    if not cfg.lxd.project or "/" in cfg.lxd.project or "?" in cfg.lxd.project:
+        problems.append(f"lxd.project: a project name, got {cfg.lxd.project!r}")
+    host, sep, port = cfg.lxd.address.rpartition(":")
+    if cfg.lxd.address and (not sep or not host or not port.isdigit()):
+        problems.append(f"lxd.address: HOST:PORT, got {cfg.lxd.address!r}")
+    if cfg.backend != "lxd":
+        return
+    if not cfg.lxd.address:
+        problems.append(
+            "lxd.address: required with backend lxd (this daemon's core.https_address "
+            'as the other hosts reach it, e.g. "10.0.0.11:8443")'
+        )
+    if cfg.precopy_rounds:
+        problems.append("precopy_rounds: the lxd backend has no pre-copy (must be 0)")
 
 
 def parse(doc: dict[str, Any]) -> Config:

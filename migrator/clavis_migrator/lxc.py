@@ -20,12 +20,12 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from clavis_migrator import announce
 from clavis_migrator.backend import BackendError, Size
 from clavis_migrator.config import LxcConfig
 
@@ -280,17 +280,8 @@ class LxcBackend:
                 )
             said = ", check passed"
         if self.cfg.announce:
-            said += f", announced {self._announce(pid)}"
+            said += f", announced {announce.from_netns(pid)}"
         return f"RUNNING, {len(now)} processes, all {len(want)} lasting ones back{said}"
-
-    def _announce(self, pid: int) -> str:
-        cp = self._run(
-            ["nsenter", f"--net=/proc/{pid}/ns/net", "--",
-             sys.executable, "-m", "clavis_migrator.announce"]
-        )  # fmt: skip
-        if cp.returncode != 0:
-            raise BackendError(f"gratuitous ARP failed: {cp.stderr.strip()[-300:]}")
-        return cp.stdout.strip() or "nothing (no IPv4 address)"
 
     def kill(self, name: str) -> None:
         if self._state(name) != "RUNNING":
