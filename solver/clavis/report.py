@@ -12,7 +12,8 @@ from clavis.placement.result import PlacementResult, SolveOptions
 UNITS = {"P": "W", "D": "devil cores", "C": "B/s x cost", "M": "bytes"}
 
 
-def _values(o: Objectives | Weights) -> ObjectiveValues:
+def objective_values(o: Objectives | Weights) -> ObjectiveValues:
+    """P, D, C and M (or their weights) as the documents' values."""
     p, d, c, m = o.as_tuple()
     return ObjectiveValues(P=p, D=d, C=c, M=m)
 
@@ -31,11 +32,11 @@ def solution_document(
         seconds=round(result.seconds, 3),
         seed=options.seed,
         time_limit=options.time_limit,
-        weights=_values(weights),
-        raw=_values(result.score.raw),
-        normalised=_values(result.score.normalised),
-        lower=_values(limits.lo),
-        upper=_values(limits.hi),
+        weights=objective_values(weights),
+        raw=objective_values(result.score.raw),
+        normalised=objective_values(result.score.normalised),
+        lower=objective_values(limits.lo),
+        upper=objective_values(limits.hi),
         F=result.score.F,
         bound=result.bound,
         gap=result.gap,

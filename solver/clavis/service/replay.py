@@ -25,9 +25,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from clavis.documents import InputError, describe
 from clavis.instance import Instance, build_instance
 from clavis.model import Cluster, Name, ObjectiveValues, Placement, Workload
-from clavis.objectives import Objectives, Score, Weights, score, violations
+from clavis.objectives import Score, Weights, score, violations
 from clavis.placement import METHODS, SolveOptions
 from clavis.placement.result import PlacementResult
+from clavis.report import objective_values
 from clavis.service.snapshot import cluster_mismatch
 
 REPLAY_KIND: Final = "clavis.replay"
@@ -182,11 +183,6 @@ class ReplayRecord(_Strict):
         return self
 
 
-def values(o: Objectives | Weights) -> ObjectiveValues:
-    p, d, c, m = o.as_tuple()
-    return ObjectiveValues(P=p, D=d, C=c, M=m)
-
-
 def record_of(
     *,
     cluster: Cluster,
@@ -210,7 +206,9 @@ def record_of(
     return ReplayRecord(
         plan=None, made=made, decision=decision, margin=margin,
         cluster=cluster, workload=workload, current=current,
-        weights=RecordedWeights(values=values(weights), source=weights_source, id=weights_id),
+        weights=RecordedWeights(
+            values=objective_values(weights), source=weights_source, id=weights_id
+        ),
         options=RecordedOptions(
             method=method, time_limit_s=options.time_limit, seed=options.seed,
             workers=options.threads, memory_limit_bytes=_memory(options),
@@ -220,7 +218,8 @@ def record_of(
         outcome=RecordedOutcome(
             method=result.method, status=result.status,
             assignment={n: hosts[h] for n, h in zip(names, result.assignment, strict=True)},
-            raw=values(s.raw), normalised=values(s.normalised), F=s.F, bound=result.bound,
+            raw=objective_values(s.raw), normalised=objective_values(s.normalised),
+            F=s.F, bound=result.bound,
             seconds=round(result.seconds, 3),
         ),
     )  # fmt: skip

@@ -22,6 +22,7 @@ from clavis.documents import load_cluster, load_placement, load_workload
 from clavis.instance import build_instance
 from clavis.objectives import Weights, score
 from clavis.placement import place
+from clavis.report import objective_values
 from clavis.service import replay
 from clavis.service.config import RepackConfig
 from clavis.service.repack import solve_options
@@ -119,8 +120,8 @@ def test_a_wall_clock_record_is_compared_on_f_within_the_tolerance(
     inst = replay.instance(rec, "record")
     now = score(inst, tuple(h for h in inst.current if h is not None), rec.weights.weights())
     stay = {**doc["outcome"], "assignment": doc["current"]["assignment"], "F": now.F,
-            "raw": replay.values(now.raw).model_dump(),
-            "normalised": replay.values(now.normalised).model_dump()}  # fmt: skip
+            "raw": objective_values(now.raw).model_dump(),
+            "normalised": objective_values(now.normalised).model_dump()}  # fmt: skip
     assert now.F - doc["outcome"]["F"] > 0.02  # the plan's gain cleared the margin
     worse = tmp_path / "stay.json"
     worse.write_text(json.dumps({**doc, "outcome": stay}))
