@@ -202,3 +202,12 @@ def contention_reports(age: float = 30) -> list[dict[str, Any]]:
 def contended(client: TestClient) -> None:
     for doc in contention_reports():
         assert post_report(client, doc).status_code == 202
+
+
+def weights_file(p: float, d: float, c: float, m: float) -> bytes:
+    """A weights file as `clavis calibrate` writes it, for POST /weights."""
+    return json.dumps({
+        "kind": "clavis.weights", "weights": {"P": p, "D": d, "C": c, "M": m},
+        "method": "thesis", "recommended": "thesis", "reason": "test", "picks": [0, 1, 2],
+        "front_sha256": "0" * 64, "outcomes": [],
+    }).encode()  # fmt: skip

@@ -22,7 +22,7 @@ from clavis.service.daemon import Clavisd
 from clavis.service.replay import ReplayError
 from clavis.service.store import Store
 
-from .helpers import contended, login, signed
+from .helpers import contended, login, signed, weights_file
 
 
 def _repack(client: TestClient, apply: bool) -> dict[str, Any]:
@@ -33,20 +33,12 @@ def _repack(client: TestClient, apply: bool) -> dict[str, Any]:
     return out
 
 
-def _weights_file(p: float, d: float, c: float, m: float) -> bytes:
-    return json.dumps({
-        "kind": "clavis.weights", "weights": {"P": p, "D": d, "C": c, "M": m},
-        "method": "thesis", "recommended": "thesis", "reason": "test", "picks": [0, 1, 2],
-        "front_sha256": "0" * 64, "outcomes": [],
-    }).encode()  # fmt: skip
-
-
 def test_an_applied_plan_keeps_what_the_solver_was_given(
     clavisd: Clavisd, client: TestClient
 ) -> None:
     contended(client)
     admin = login(client, "ada")
-    r = client.post("/api/v1/weights", content=_weights_file(0.2, 1.9, 0.7, 0.4), headers=admin)
+    r = client.post("/api/v1/weights", content=weights_file(0.2, 1.9, 0.7, 0.4), headers=admin)
     assert r.status_code == 200, r.text
     started = time.time()
     plan = _repack(client, apply=True)["plan"]

@@ -24,7 +24,7 @@ from clavis.service.config import load_config
 from clavis.service.daemon import Clavisd
 from clavis.service.repack import decide
 
-from .helpers import contended, login, worked_front, write_setup
+from .helpers import contended, login, weights_file, worked_front, write_setup
 
 
 @contextmanager
@@ -46,14 +46,6 @@ def _repack(client: TestClient, admin: dict[str, str], apply: bool = False) -> d
     assert r.status_code == 200, r.text
     out: dict[str, Any] = r.json()
     return out
-
-
-def _weights_file(p: float, d: float, c: float, m: float) -> bytes:
-    return json.dumps({
-        "kind": "clavis.weights", "weights": {"P": p, "D": d, "C": c, "M": m},
-        "method": "thesis", "recommended": "thesis", "reason": "test", "picks": [0, 1, 2],
-        "front_sha256": "0" * 64, "outcomes": [],
-    }).encode()  # fmt: skip
 
 
 def test_an_improvement_within_the_margin_plans_nothing(tmp_path: Path) -> None:
@@ -84,7 +76,7 @@ def test_migration_cost_stops_a_move_that_would_otherwise_be_made(tmp_path: Path
         admin = login(client, "ada")
         outs = {}
         for m in (0.0, 5.0):  # the same P, D, C; only the weight of M differs
-            r = client.post("/api/v1/weights", content=_weights_file(0.15, 1.94, 0.68, m),
+            r = client.post("/api/v1/weights", content=weights_file(0.15, 1.94, 0.68, m),
                             headers={**admin, "Content-Type": "application/json"})  # fmt: skip
             assert r.status_code == 200, r.text
             assert r.json()["source"] == "calibrated" and (r.json()["M"] > 0) == (m > 0)
