@@ -79,16 +79,13 @@ def size_of(inst: dict[str, Any]) -> Size:
     name = inst.get("name")
     cpu, mem = str(cfg.get("limits.cpu", "")).strip(), str(cfg.get("limits.memory", "")).strip()
     cores = 1
-    try:
-        if cpu.isdigit():
-            cores = int(cpu)
-        elif cpu:
-            cores = 0
-            for part in cpu.split(","):
-                lo, _, hi = part.partition("-")
-                cores += int(hi) - int(lo) + 1 if hi else 1
-    except ValueError:
-        raise BackendError(f"instance {name}: limits.cpu {cpu!r} is not understood") from None
+    if cpu.isdigit():
+        cores = int(cpu)
+    elif cpu:
+        ranges = [part.partition("-")[::2] for part in cpu.split(",")]
+        if not all(lo.isdigit() and (hi.isdigit() or not hi) for lo, hi in ranges):
+            raise BackendError(f"instance {name}: limits.cpu {cpu!r} is not understood")
+        cores = sum(int(hi) - int(lo) + 1 if hi else 1 for lo, hi in ranges)
     memory = 0
     if mem and not mem.endswith("%"):
         num = mem.rstrip("".join(sorted({c for u in _UNITS for c in u})))

@@ -94,10 +94,13 @@ class Machine:
         ]
         if busy:
             return f"container {step.container} is already being moved by step {busy[0]}"
-        if step.container not in self.backend.running():
-            if self.backend.known(step.container):
-                return f"container {step.container} does not run on {self.host}"
-            return f"container {step.container} is unknown on {self.host}"
+        try:
+            if step.container not in self.backend.running():
+                if self.backend.known(step.container):
+                    return f"container {step.container} does not run on {self.host}"
+                return f"container {step.container} is unknown on {self.host}"
+        except BackendError as exc:  # e.g. the container manager cannot be asked
+            return f"cannot see the containers of {self.host}: {exc}"
         return ""
 
     def _start(self, rec: StepRecord) -> None:
