@@ -222,13 +222,21 @@ class LxdBackend:
             )
         except LxdError as exc:
             raise BackendError(f"stateful stop of {name} refused: {exc}") from exc
-        src = self.api.start_operation(
-            "POST", self._path(name),
-            {"name": name, "migration": True, "live": False, "instance_only": True},
-        )  # fmt: skip
-        secrets = src.metadata if isinstance(src.metadata, dict) else {}
-        if not {"control", "fs"} <= set(secrets):
-            raise LxdError(f"migration of {name}: the operation has no secrets: {secrets}")
+        try:
+            src = self.api.start_operation(
+                "POST", self._path(name),
+                {"name": name, "migration": True, "live": False, "instance_only": True},
+            )  # fmt: skip
+            secrets = src.metadata if isinstance(src.metadata, dict) else {}
+            if not {"control", "fs"} <= set(secrets):
+                raise LxdError(f"the migration operation has no secrets: {secrets}")
+        except LxdError as exc:
+            # nothing left the host: run it again from the state it was just stopped with
+            try:
+                self._start_stateful(name)
+            except BackendError as again:
+                raise BackendError(f"migration of {name}: {exc}; and {again}") from exc
+            raise BackendError(f"migration of {name}: {exc}; started again here") from exc
         ticket = Ticket(
             host=self.host, instance=name,
             operation=f"https://{self.cfg.address}/1.0/operations/{src.id}",

@@ -27,7 +27,9 @@ import pytest
 
 from clavis_migrator.agent import Agent
 from clavis_migrator.backend import BackendError, Size
+from clavis_migrator.cli import make_backend
 from clavis_migrator.config import ConfigError, parse
+from clavis_migrator.lxc import LxcBackend
 from clavis_migrator.lxd import LxdBackend, Ticket, differences, kept_config, size_of
 from clavis_migrator.lxdapi import LxdError, parse_answer
 
@@ -92,7 +94,8 @@ class FakeLxd(socketserver.ThreadingUnixStreamServer):
         self.address, self.net = address, net
         self.instances: dict[str, dict[str, Any]] = {}
         self.ops: dict[str, dict[str, Any]] = {}  # id -> the recorded wait answer, adjusted
-        self.faults: set[str] = set()  # "no-criu", "restore-fails", "pull-fails"
+        # "no-criu", "no-migration", "restore-fails", "pull-fails"
+        self.faults: set[str] = set()
         self.seen: list[str] = []
         self.bodies: list[Any] = []
         self.lock = threading.Lock()
@@ -152,6 +155,11 @@ class FakeLxd(socketserver.ThreadingUnixStreamServer):
             doc = recorded("instance-running")
             doc["metadata"] = inst
             return 200, doc
+        if method == "POST" and body.get("migration") and "no-migration" in self.faults:
+            # derived: the recorded error answer with a status and message of this case
+            doc = recorded("delete-running")
+            doc.update(error_code=500, error="Failed to create migration source")
+            return 500, doc
         if method == "POST" and body.get("migration"):
             src = recorded("migrate-source")
             secrets = {k: uuid.uuid4().hex for k in src["metadata"]["metadata"]}
@@ -311,6 +319,30 @@ def test_a_stateful_stop_refused_leaves_the_container_running(
     assert daemons["h1"].instances["c1"]["status"] == "Running"
     assert not any(b and "source" in b for b in daemons["h2"].bodies)  # never pulled
     assert "c1" not in daemons["h2"].instances
+
+
+def test_a_migration_refused_after_the_stop_starts_the_container_again(
+    daemons: dict[str, FakeLxd], agents: dict[str, Agent]
+) -> None:
+    src = daemons["h1"]
+    src.faults.add("no-migration")
+    doc = _move(agents)
+    assert doc["state"] == "failed", doc["message"]
+    assert (
+        "migration of c1: POST /1.0/instances/c1: Failed to create migration source "
+        in (doc["message"])
+    )
+    assert "started again here" in doc["message"]
+    assert [b["action"] for b in src.bodies if b and "action" in b] == ["stop", "start"]
+    assert src.instances["c1"]["status"] == "Running"
+    assert "DELETE /1.0/instances/c1" not in src.seen
+
+
+def test_the_agent_selects_the_backend_of_its_config(tmp_path: Path) -> None:
+    lxd = parse({"backend": "lxd", "state_dir": str(tmp_path), "lxd": {"address": "h:8443"}})
+    assert isinstance(make_backend(lxd), LxdBackend)
+    lxc = parse({"state_dir": str(tmp_path), "lxc": {"lxcpath": str(tmp_path)}})
+    assert isinstance(make_backend(lxc), LxcBackend)
 
 
 def test_a_restore_failing_on_the_target_rolls_back_to_the_source(
