@@ -6,8 +6,9 @@ the recorded answer of that kind (ids, names and statuses set to this run's); a 
 pull of an instance succeeds only with the operation URL, secrets and certificate the
 source's daemon handed out. The migrator's real client, backend, step machine and two
 real agents on loopback run against them. Cases: a move; the stateful stop refused (no
-CRIU); the stateful start failing on the target (the recorded CRIU restore failure) and
-the pull failing, each rolled back to the source; an unknown instance; no socket.
+CRIU); the stateful start failing on the target (the recorded CRIU restore failure), the
+pull failing and a restored instance with another MAC, each rolled back to the source;
+an unknown instance; no socket.
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ class FakeLxd(socketserver.ThreadingUnixStreamServer):
         self.address, self.net = address, net
         self.instances: dict[str, dict[str, Any]] = {}
         self.ops: dict[str, dict[str, Any]] = {}  # id -> the recorded wait answer, adjusted
-        # "no-criu", "no-migration", "restore-fails", "pull-fails"
+        # "no-criu", "no-migration", "restore-fails", "pull-fails", "other-mac"
         self.faults: set[str] = set()
         self.seen: list[str] = []
         self.bodies: list[Any] = []
@@ -182,6 +183,8 @@ class FakeLxd(socketserver.ThreadingUnixStreamServer):
             doc = recorded("state-running")
             if inst["status"] != "Running":  # derived: LXD's stopped state has pid 0
                 doc["metadata"].update(status=inst["status"], pid=0, processes=0, network={})
+            elif "other-mac" in self.faults:  # derived: a restore that came up wrong
+                doc["metadata"]["network"]["eth0"]["hwaddr"] = "00:16:3e:00:00:99"
             return 200, doc
         action, stateful = body.get("action"), bool(body.get("stateful"))
         if action == "stop" and stateful:
@@ -408,11 +411,16 @@ def test_a_missing_socket_is_named(tmp_path: Path, daemons: dict[str, FakeLxd]) 
     )
 
 
-def test_the_source_operation_not_used_in_time_is_the_daemons_own_timeout() -> None:
-    """The daemon drops a migration source nobody connected to after 10 s (recorded): a
-    ticket that came too late makes the pull fail, and the source restores its own."""
-    end = recorded("op-migrate-source-timeout")["metadata"]
-    assert (end["status"], end["err"]) == ("Failure", "Timed out waiting for migration connections")
+def test_a_restored_instance_with_another_mac_is_undone(
+    daemons: dict[str, FakeLxd], agents: dict[str, Agent]
+) -> None:
+    src, dst = daemons["h1"], daemons["h2"]
+    dst.faults.add("other-mac")
+    doc = _move(agents)
+    assert doc["state"] == "rolled_back", doc["message"]
+    assert f"c1 after the restore: eth0 has MAC 00:16:3e:00:00:99, had {C1_MAC}" in doc["message"]
+    assert "c1" not in dst.instances and "DELETE /1.0/instances/c1" in dst.seen
+    assert src.instances["c1"]["status"] == "Running"
 
 
 # -------------------------------------------------------------------- the parts
