@@ -142,8 +142,12 @@ def test_exchange_steps_change_f_as_the_evaluator_says_and_never_raise_it() -> N
                     if inst.allowed(ci, h) and state.free[h] >= cores
                 ]
             to = rng.choice(room)
+            turtle = not inst.containers[ci].devil
+            predicted = state.move_change(ci, to) if turtle else None
             change = state.step(ci, to)
             steps += 1
+            if predicted is not None:  # a turtle's change without moving it
+                assert abs(predicted - change) < 1e-9, (seed, ci, to)
             placed = tuple(state.host_of)
             now = score(inst, placed, w, limits).F
             assert abs(f + change - now) < 1e-9, (seed, ci, to)
@@ -151,6 +155,17 @@ def test_exchange_steps_change_f_as_the_evaluator_says_and_never_raise_it() -> N
             assert lagging == straggling_jobs(inst, placed), (seed, ci, to)
             f = now
         assert steps == 400
+        # Swaps of two turtles of equal cores, computed without moving them.
+        turtles = [ci for ci, c in enumerate(inst.containers) if not c.devil]
+        for _ in range(200):
+            a, b = rng.sample(turtles, 2)
+            ha, hb = state.host_of[a], state.host_of[b]
+            same = inst.containers[a].cores == inst.containers[b].cores
+            if ha == hb or not same or not (inst.allowed(a, hb) and inst.allowed(b, ha)):
+                continue
+            predicted = state.swap_change(a, b)
+            change = state.step(a, hb) + state.step(b, ha)
+            assert abs(predicted - change) < 1e-9, (seed, a, b)
         after = exchange(inst, start, k=k, deadline=time.monotonic() + 10)
         assert not violations(inst, after)  # drained hosts keep residents only, cores fit
         assert score(inst, after, w, limits).F < score(inst, start, w, limits).F, seed

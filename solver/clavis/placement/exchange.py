@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import heapq
 import time
-from collections import Counter, defaultdict
+from collections import Counter, defaultdict, deque
 
 from clavis.instance import Assignment, Instance
 
@@ -85,8 +85,12 @@ class _State:
         return len(devils) >= 2 and self.devil_cores[hi] > self.inst.hosts[hi].devil_tolerance
 
     def _watts(self, hi: int) -> float:
+        return self._watts_at(hi, 0)
+
+    def _watts_at(self, hi: int, more: int) -> float:
+        """Host hi's watts with ``more`` cores busy than now."""
         h = self.inst.hosts[hi]
-        used = h.cores - self.free[hi]
+        used = h.cores - self.free[hi] + more
         return h.idle_w + h.slope_w * used if used > 0 else h.empty_w
 
     def cost(self, a: int, b: int) -> float:
@@ -99,10 +103,16 @@ class _State:
     def traffic_change(self, ci: int, to: int) -> float:
         """Change of C if container ci alone moved to host ``to``."""
         frm = self.host_of[ci]
+        host_of, rack = self.host_of, self.rack
+        same, cross = self.inst.same_rack_cost, self.inst.cross_rack_cost
+        r_frm, r_to = rack[frm], rack[to]
         change = 0.0
-        for d, b in self.partners[ci]:
-            hd = self.host_of[d]
-            change += b * (self.cost(to, hd) - self.cost(frm, hd))
+        for d, b in self.partners[ci]:  # cost() written out: this is the inner loop
+            hd = host_of[d]
+            rd = rack[hd]
+            now = 0.0 if hd == frm else (same if rd == r_frm else cross)
+            then = 0.0 if hd == to else (same if rd == r_to else cross)
+            change += b * (then - now)
         for ui in self.entries[ci]:
             b = self.inst.uniform[ui].bytes_per_s
             change += b * (self._paid(ui, ci, to) - self._paid(ui, ci, frm))
@@ -126,6 +136,31 @@ class _State:
             return 0.0
         frm = self.host_of[ci]
         return self.inst.containers[ci].memory_bytes * ((home != to) - (home != frm))
+
+    def move_change(self, ci: int, to: int) -> float:
+        """F's change if turtle ci alone moved to host ``to`` (nothing is moved)."""
+        frm = self.host_of[ci]
+        cores = self.inst.containers[ci].cores
+        watts = self._watts_at(frm, -cores) + self._watts_at(to, cores)
+        watts -= self._watts(frm) + self._watts(to)
+        return (
+            self.k_p * watts
+            + self.k_c * self.traffic_change(ci, to)
+            + self.k_m * self.moved_change(ci, to)
+        )
+
+    def swap_change(self, a: int, b: int) -> float:
+        """F's change if turtles a and b, of equal cores, swapped hosts (nothing is
+        moved). Each one's traffic change counts the other where it is now, so their own
+        flows come back: they stay between the same two hosts."""
+        ha, hb = self.host_of[a], self.host_of[b]
+        between = sum(w for d, w in self.partners[a] if d == b)
+        shared = set(self.entries[a]).intersection(self.entries[b])
+        between += sum(self.inst.uniform[ui].bytes_per_s for ui in shared)
+        traffic = self.traffic_change(a, hb) + self.traffic_change(b, ha)
+        traffic += 2 * between * self.cost(ha, hb)
+        moved = self.moved_change(a, hb) + self.moved_change(b, ha)
+        return self.k_c * traffic + self.k_m * moved
 
     def step(self, ci: int, to: int) -> float:
         """Moves container ci to host ``to`` and returns F's change."""
@@ -184,6 +219,19 @@ class _State:
             if d != moved:
                 self.hot_devils[self.inst.containers[d].job] += 1 if hot else -1
 
+    def touched(self, ci: int, frm: int, swap: int) -> set[int]:
+        """Containers whose best step may have changed when ci left host frm (and swap
+        came there): the two, their partners, and their all-to-all fellows on the two
+        hosts."""
+        moved = [ci] if swap < 0 else [ci, swap]
+        hosts = {frm, self.host_of[ci]}
+        out = set(moved)
+        for m in moved:
+            out.update(d for d, _b in self.partners[m])
+            for ui in self.entries[m]:
+                out.update(o for hi in hosts for o in self.on[hi] if ui in self.entries[o])
+        return out
+
     def near(self, ci: int) -> list[int]:
         """Hosts other than its own where container ci's traffic goes most."""
         here = self.host_of[ci]
@@ -213,21 +261,38 @@ def exchange(
         return assignment
     state = _State(inst, assignment, k)
     talking = [ci for ci in range(len(inst.containers)) if state.partners[ci] or state.entries[ci]]
+    # Sweeps over every talking container, each followed by a worklist of the containers
+    # next to a step, until a sweep finds none (a step elsewhere can also free the room
+    # a container needs, which the worklist does not follow).
     for _ in range(MAX_PASSES):
+        queue = deque(talking)
+        queued = set(talking)
         steps = 0
-        for ci in talking:
+        for _ in range(MAX_PASSES * len(talking)):
+            if not queue:
+                break
             if time.monotonic() >= deadline:
                 return tuple(state.host_of)
-            steps += _best_step(state, ci)
+            ci = queue.popleft()
+            queued.discard(ci)
+            frm = state.host_of[ci]
+            moved = _best_step(state, ci)
+            if moved is None:
+                continue
+            steps += 1
+            for d in state.touched(ci, frm, moved):
+                if d not in queued:
+                    queued.add(d)
+                    queue.append(d)
         if steps == 0:
             break
     return tuple(state.host_of)
 
 
-def _best_step(state: _State, ci: int) -> int:
+def _best_step(state: _State, ci: int) -> int | None:
     """Makes the best F-lowering step of container ci towards the hosts it talks to
-    most: a move into free cores, or a swap with a container of its size there. 1 if it
-    made one."""
+    most: a move into free cores, or a swap with a container of its size there. The
+    container swapped with (-1 for a move), or None if it made no step."""
     inst = state.inst
     here = state.host_of[ci]
     cores = inst.containers[ci].cores
@@ -243,18 +308,48 @@ def _best_step(state: _State, ci: int) -> int:
         ]
         if not room and not others:
             continue
-        first = state.step(ci, there)
-        if room and first < best:
-            best, pick, swap = first, there, -1
-        for other in others[:PARTNERS_TRIED]:
-            total = first + state.step(other, here)
-            state.step(other, there)
+        others = others[:PARTNERS_TRIED]
+        if inst.containers[ci].devil:
+            tried = _by_steps(state, ci, there, room, others)
+        else:
+            tried = _at_once(state, ci, there, room, others)
+        for total, other in tried:
             if total < best:
                 best, pick, swap = total, there, other
-        state.step(ci, here)
     if pick < 0:
-        return 0
+        return None
     state.step(ci, pick)
     if swap >= 0:
         state.step(swap, here)
-    return 1
+    return swap
+
+
+def _by_steps(
+    state: _State, ci: int, there: int, room: bool, others: list[int]
+) -> list[tuple[float, int]]:
+    """F's change of moving container ci to host ``there`` (other -1) and of swapping it
+    with each of ``others``, made and undone step by step (a devil may change which
+    hosts are contended)."""
+    here = state.host_of[ci]
+    first = state.step(ci, there)
+    out = [(first, -1)] if room else []
+    for other in others:
+        out.append((first + state.step(other, here), other))
+        state.step(other, there)
+    state.step(ci, here)
+    return out
+
+
+def _at_once(
+    state: _State, ci: int, there: int, room: bool, others: list[int]
+) -> list[tuple[float, int]]:
+    """The same for a turtle, computed without moving anything: a turtle changes no
+    host's contention, so D stays; a swap of equal cores leaves P as it was, and a turtle
+    other than the two swapped sees the same."""
+    out = [(state.move_change(ci, there), -1)] if room else []
+    for other in others:
+        if state.inst.containers[other].devil:
+            out += _by_steps(state, ci, there, False, [other])
+        else:
+            out.append((state.swap_change(ci, other), other))
+    return out
