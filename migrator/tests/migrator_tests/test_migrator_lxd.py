@@ -488,3 +488,34 @@ def test_config_of_the_lxd_backend() -> None:
         parse({"backend": "lxd", "lxd": {"address": "10.0.0.1"}})
     cfg = parse({"backend": "lxd", "lxd": {"address": "10.0.0.1:8443", "timeout_s": 30}})
     assert cfg.backend_timeout_s() == 30.0
+
+
+def test_a_target_restarted_after_the_pull_still_deletes_its_copy(
+    tmp_path: Path, daemons: dict[str, FakeLxd]
+) -> None:
+    """The backends called directly, as the step machine and the target agent do; the
+    target's backend made again in between, as by an agent restart."""
+    src, dst = daemons["h1"], daemons["h2"]
+
+    def backend(host: str) -> LxdBackend:
+        d = daemons[host]
+        doc = {"backend": "lxd", "lxd": {"socket": str(d.server_address), "address": d.address}}
+        return LxdBackend(parse(doc).lxd, host, tmp_path / host, announcer=lambda pid: "")
+
+    out, into = tmp_path / "out", tmp_path / "in"
+    out.mkdir()
+    backend("h1").checkpoint("c1", out)
+    assert src.instances["c1"]["status"] == "Stopped" and src.instances["c1"]["stateful"]
+    into.mkdir()
+    (into / "clavis-lxd-ticket.json").write_bytes((out / "clavis-lxd-ticket.json").read_bytes())
+    backend("h2").restore("c1", into)
+    assert backend("h2").running() == {"c1": Size(1, 256 * 2**20)}
+    backend("h2").kill("c1")  # a new backend object: only the note on disk tells it
+    assert "c1" not in dst.instances
+    assert [x for x in dst.seen if x.startswith("PUT") or x.startswith("DELETE")] == [
+        "PUT /1.0/instances/c1/state",  # the stateful start
+        "PUT /1.0/instances/c1/state",  # the forced stop
+        "DELETE /1.0/instances/c1",
+    ]
+    backend("h1").restore("c1", out)  # the source's rollback: its own stateful start
+    assert src.instances["c1"]["status"] == "Running"
