@@ -41,9 +41,10 @@ export function paretoScreens(
   const index = indexById(front);
   const els: HTMLElement[] = [];
   // The lit schedule is a mark of our own over each screen's canvas, moved to the
-  // schedule's pixel: lighting one leaves the charts alone. A chart's own highlight
-  // (emphasis) repaints all of its 2,000 points, a hover on three screens and the
-  // parallel view over 50 ms of canvas work and upload on their own (docs/ui.md, Speed).
+  // schedule's pixel: lighting one leaves the charts' canvases alone. ECharts' own
+  // highlight (emphasis) repaints a chart's whole canvas, all 2,000 points: on three
+  // screens and the parallel view that took about 60 ms a hover, plus uploading the four
+  // canvases (docs/ui.md, Speed).
   const marks: HTMLElement[] = [];
   let lit: number | null = null;
   const place = (k: number) => {
