@@ -270,10 +270,8 @@ def plan(request: Request, plan_id: PlanId, _: Viewer) -> s.PlanOut:
     return plan_out(_d(request), plan_id)
 
 
-# Not yet in the OpenAPI document: vismon-ui's committed copy of it must match what
-# clavisd serves (test_ui_openapi.py), and regenerating it is the UI's to do
-# (docs/clavisd.md, Decision replay). The record's schema: docs/schema/replay.schema.json.
-@router.get("/plans/{plan_id}/replay", include_in_schema=False)
+# Decision replay (docs/clavisd.md). The record's schema: docs/schema/replay.schema.json.
+@router.get("/plans/{plan_id}/replay", responses={**_AUTH_ERRORS, 404: _ERR, 409: _ERR})
 def plan_replay(request: Request, plan_id: PlanId, _: Viewer) -> Response:
     """The plan's replay record (replay.py) exactly as stored, validated before it is sent;
     404 for no such plan, or a plan stored before decision replay (store migration 6)."""
