@@ -37,7 +37,30 @@ const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
 page.setDefaultTimeout(20000);
 const errors = [];
 page.on("pageerror", (e) => errors.push(String(e)));
-const shot = (name) => page.screenshot({ path: `${out}/${name}.png`, fullPage: true });
+const shotOf = (p, name) => p.screenshot({ path: `${out}/${name}.png`, fullPage: true });
+const shot = (name) => shotOf(page, name);
+
+/** GET an API path with the page's own session, as the page would. */
+function apiGet(p, path) {
+  return p.evaluate(async (path) => {
+    const s = JSON.parse(sessionStorage.getItem("clavis.session"));
+    const r = await fetch(path, { headers: { Authorization: `Bearer ${s.token}` } });
+    return { status: r.status, body: await r.json() };
+  }, path);
+}
+
+/** Elements of the page (shown ones) whose right edge is past the viewport, and how wide
+ *  the document is against the viewport: nothing may need a horizontal scroll. */
+function horizontalOverflow(p) {
+  return p.evaluate(() => {
+    const vw = document.documentElement.clientWidth;
+    const past = [...document.querySelectorAll("body *")]
+      .filter((e) => e.getClientRects().length > 0 && window.getComputedStyle(e).visibility !== "hidden")
+      .filter((e) => e.getBoundingClientRect().right > vw + 0.5)
+      .map((e) => `${e.tagName.toLowerCase()}.${[...e.classList].join(".")}#${e.id} right ${e.getBoundingClientRect().right.toFixed(0)}`);
+    return { vw, scrollWidth: document.documentElement.scrollWidth, past: past.slice(0, 5) };
+  });
+}
 
 async function login(user, password) {
   await page.fill("#user", user);
@@ -160,6 +183,39 @@ try {
     check(axes.join() === "P-D,P-C,P-M,D-C,D-M,C-M", `six pairs: ${axes}`);
   });
 
+  await step("the admin cancels a front in progress: it says so, stores nothing, and the page goes on", async () => {
+    const before = await apiGet(page, "/api/v1/fronts");
+    check(before.status === 200 && before.body.length === 2, `two fronts stored before (${before.body.length})`);
+    // Generations enough to run for a minute or more here; cancelled after the first one.
+    await page.fill("#population", "40");
+    await page.fill("#generations", "2000");
+    await page.fill("#seed-time", "0");
+    await page.uncheck("#with-migration");
+    await page.click("#start-run");
+    await page.waitForFunction(() => /generation \d+\/2000/.test(document.querySelector("#run-text")?.textContent ?? ""), undefined, { timeout: 30000 });
+    await page.click("#cancel-run");
+    await page.waitForSelector('#run-text[data-state="cancelled"]', { timeout: 30000 });
+    const text = await page.textContent("#run-text");
+    check(/cancelled: cancelled after \d+ generations; no front stored/.test(text), `the run says it was cancelled: ${text}`);
+    const value = await page.$eval("#run-progress", (p) => p.value);
+    check(value < 1, `the progress bar stopped short (${value})`);
+    check((await page.locator("#cancel-run").count()) === 0, "no cancel button once cancelled");
+    const runs = await apiGet(page, "/api/v1/front-runs");
+    const last = runs.body[runs.body.length - 1];
+    check(last.state === "cancelled" && last.front_id === null, `the run is cancelled with no front: ${JSON.stringify(last)}`);
+    const after = await apiGet(page, "/api/v1/fronts");
+    check(after.body.length === 2, `no front stored from it (${after.body.length} fronts)`);
+    check((await page.locator("#front-select option").count()) === 2, "the front list still has two fronts");
+    await shot("03b-run-cancelled");
+    // The page is usable after: the form is back and a front opens with its screens.
+    check(await page.isEnabled("#start-run"), "the start button is back");
+    await page.selectOption("#front-select", "1");
+    await page.waitForFunction(() => window.vismon?.frontId === 1 && document.querySelectorAll(".screen canvas").length === 3);
+    await pickOn(0);
+    await page.selectOption("#front-select", "2");
+    await page.waitForFunction(() => window.vismon?.frontId === 2 && document.querySelectorAll(".screen canvas").length === 6);
+  });
+
   await step("the Cluster page shows hosts, classes, the new weights and the advice", async () => {
     await page.click("a[href='#/cluster']");
     await page.waitForSelector("table.hosts tbody tr");
@@ -241,10 +297,86 @@ try {
     await shot("09-expired");
   });
 
+  // A large screen: every page again at 2560x1440, in a tab of its own (a new session).
+  const big = await browser.newPage({ viewport: { width: 2560, height: 1440 } });
+  big.setDefaultTimeout(20000);
+  big.on("pageerror", (e) => errors.push(String(e)));
+  const noOverflow = async (where) => {
+    const o = await horizontalOverflow(big);
+    check(o.scrollWidth <= o.vw && o.past.length === 0, `${where}: nothing wider than the ${o.vw} px viewport (document ${o.scrollWidth} px; ${o.past.join(", ")})`);
+  };
+  const box = async (sel) => big.locator(sel).first().boundingBox();
+  /** A placement drawing grows with its panel up to twice its own size, inside the panel. */
+  const drawingFills = async (holderSel) => {
+    const d = await big.$eval(`${holderSel} svg.placement`, (svg) => {
+      const r = svg.getBoundingClientRect();
+      const h = svg.parentElement.getBoundingClientRect();
+      const cs = window.getComputedStyle(svg.parentElement);
+      const room = h.width - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight) - parseFloat(cs.borderLeftWidth) - parseFloat(cs.borderRightWidth);
+      return { natural: svg.viewBox.baseVal.width, w: r.width, h: r.height, left: r.left, right: r.right, hl: h.left, hr: h.right, room };
+    });
+    const scale = d.w / d.natural;
+    const want = Math.min(2, d.room / d.natural);
+    check(scale >= want - 0.02 && d.left >= d.hl && d.right <= d.hr + 0.5 && d.h <= 0.6 * 1440,
+      `${holderSel}'s drawing uses its panel: ${d.w.toFixed(0)} x ${d.h.toFixed(0)} px, ${scale.toFixed(2)} times its size (want ${want.toFixed(2)}), in ${d.room.toFixed(0)} px`);
+  };
+
+  await step("on a 2560x1440 screen Calibrate's three screens and the drawing fill the width", async () => {
+    await big.goto(`${base}/ui/`);
+    await big.fill("#user", "ada");
+    await big.fill("#password", "admin-pass");
+    await big.click("form.login button[type=submit]");
+    await big.waitForFunction(() => window.vismon?.frontId === 2);
+    await big.selectOption("#front-select", "1");
+    await big.waitForFunction(() => window.vismon?.frontId === 1 && document.querySelectorAll(".screen canvas").length === 3);
+    // Hover a schedule so that the placement drawing is drawn.
+    const s0 = await box(".screen");
+    const p = await big.evaluate(() => window.vismon.screens.pixelOf(0, window.vismon.ids[0]));
+    await big.mouse.move(s0.x + p[0], s0.y + p[1]);
+    await big.waitForSelector("#placement-drawing svg.placement");
+    await noOverflow("Calibrate");
+    const panel = await box(".screens-box");
+    const screens = await big.$$eval(".screen", (els) => els.map((e) => { const r = e.getBoundingClientRect(); return { x: r.left, y: r.top, w: r.width, h: r.height }; }));
+    check(screens.length === 3 && screens.every((r) => r.y === screens[0].y), `three screens side by side: ${JSON.stringify(screens)}`);
+    const row = screens[2].x + screens[2].w - screens[0].x;
+    check(row > 0.9 * (panel.width - 30), `the screens span their panel (${row.toFixed(0)} of ${panel.width.toFixed(0)} px)`);
+    check(screens.every((r) => r.w >= 500 && r.h >= 0.25 * 1440 && r.h <= 0.6 * 1440 && r.y + r.h <= 1440), `each screen large and wholly on screen: ${JSON.stringify(screens)}`);
+    await drawingFills("#placement-drawing");
+    await shotOf(big, "10-large-calibrate");
+    // With M: six screens in two rows of three.
+    await big.selectOption("#front-select", "2");
+    await big.waitForFunction(() => window.vismon?.frontId === 2 && document.querySelectorAll(".screen canvas").length === 6);
+    const rows = await big.$$eval(".screen", (els) => els.map((e) => Math.round(e.getBoundingClientRect().top)));
+    check(new Set(rows).size === 2 && rows.filter((y) => y === rows[0]).length === 3, `six screens in two rows of three (tops ${rows})`);
+    await noOverflow("Calibrate with M");
+  });
+
+  await step("on a 2560x1440 screen the Cluster page and its drawing fill the width", async () => {
+    await big.click("a[href='#/cluster']");
+    await big.waitForSelector("table.hosts tbody tr");
+    await big.waitForSelector("#cluster-drawing svg.placement");
+    await noOverflow("Cluster");
+    await drawingFills("#cluster-drawing");
+    const hosts = await box("table.hosts");
+    check(hosts.width >= 0.5 * 2560, `the hosts table is wide (${hosts.width.toFixed(0)} px)`);
+    await shotOf(big, "11-large-cluster");
+  });
+
+  await step("on a 2560x1440 screen History fills the width", async () => {
+    await big.click("a[href='#/history']");
+    await big.waitForSelector("table.history tbody tr");
+    await noOverflow("History");
+    const table = await box("table.history");
+    check(table.width >= 0.9 * (2560 - 40), `the history table spans the page (${table.width.toFixed(0)} px)`);
+    await shotOf(big, "12-large-history");
+  });
+  await big.close();
+
   check(errors.length === 0, `no script errors in the page: ${errors.join("; ")}`);
   console.log(`${passed} passed, 0 failed`);
 } catch (e) {
   await shot("failure").catch(() => undefined);
+  for (const p of browser.contexts().flatMap((c) => c.pages()).filter((p) => p !== page)) await shotOf(p, "failure-large").catch(() => undefined);
   console.error(`not ok ${passed + 1} - ${e.stack ?? e}`);
   console.log(`${passed} passed, 1 failed`);
   process.exitCode = 1;

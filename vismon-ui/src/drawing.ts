@@ -21,6 +21,9 @@ export function drawPlacement(
   const L = placementLayout(cluster, workload, assignment);
   const svg = el("svg", { viewBox: `0 0 ${L.width} ${L.height}`, width: L.width, height: L.height, role: "img", "aria-label": label }) as SVGSVGElement;
   svg.classList.add("placement");
+  // Grown to its panel's width (style.css), at most twice its own size: text stays readable.
+  svg.style.minWidth = `${L.width}px`;
+  svg.style.maxWidth = `${2 * L.width}px`;
   for (const r of L.racks) {
     svg.append(el("rect", { x: r.x, y: r.y, width: r.w, height: r.h, rx: 6, fill: "#f2f2f2", stroke: "#bbb" }));
     svg.append(el("text", { x: r.x + 8, y: 15, "font-size": 12, "font-weight": "bold" }, `rack ${r.name}`));
