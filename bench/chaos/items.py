@@ -64,7 +64,7 @@ def item1(d: Clavisd) -> Row:
               and rep.status_code == 200)  # fmt: skip
     row.after = (
         f"oversized report: {big.status_code}; later dry-run repack: `{decision}`; "
-        f"container h2 stopped listing: removed ({'c2-b' not in names})"
+        f"container h2 stopped listing: {'kept' if 'c2-b' in names else 'removed'}"
     )
     return row
 

@@ -28,9 +28,12 @@ class CountingSender(Sender):
     def __init__(self, cfg: ClavisdConfig, spool: Spool, key: AgentKey) -> None:
         super().__init__(cfg, spool, key)
         self.acked: list[float] = []
+        self.statuses: dict[int, int] = {}
 
     def _post(self, body: bytes) -> int | None:
         status = super()._post(body)
+        if status is not None:
+            self.statuses[status] = self.statuses.get(status, 0) + 1
         if status is not None and 200 <= status < 300:
             ts = json.loads(body)["timestamp"]
             self.acked.append(_key_of(ts))
@@ -125,7 +128,16 @@ class Fleet:
             "retries": sum(h.sender.stats.failures for h in self.hosts),
             "spool_dropped": sum(h.sender.spool.dropped for h in self.hosts),
             "spool_left": self.spooled(),
+            "statuses": _merged([h.sender.statuses for h in self.hosts]),
         }  # fmt: skip
+
+
+def _merged(counts: list[dict[int, int]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for c in counts:
+        for status, n in c.items():
+            out[str(status)] = out.get(str(status), 0) + n
+    return dict(sorted(out.items()))
 
 
 def outage(home: Path, hosts: int, outage_s: float, interval_s: float,
