@@ -160,6 +160,9 @@ try {
     const methods = await page.$$eval("table.weights tbody th", (ths) => ths.map((t) => t.textContent));
     check(methods.length === 2 && methods[0].startsWith("thesis") && methods[1].startsWith("inverse"), `both methods: ${methods}`);
     await page.waitForSelector("text=Recommended:");
+    // Every column of the weights (residual and regret too) in view at 1280 px, no scroll.
+    const fit = await page.$eval(".calibration", (e) => ({ scroll: e.scrollWidth, client: e.clientWidth }));
+    check(fit.scroll <= fit.client, `the weights table fits its panel (${fit.scroll} px in ${fit.client} px)`);
     await shot("03-calibrate");
   });
 

@@ -67,7 +67,9 @@ def test_vismon_end_to_end(tmp_path: Path) -> None:
         print(run.stdout)
         assert run.returncode == 0, f"{run.stdout}\n{run.stderr}\n{daemon.log.read_text()[-3000:]}"
         assert "0 failed" in run.stdout
-        for name in ("01-login", "03-calibrate", "04-cluster", "05-repack-dry-run"):
+        for name in ("01-login", "03-calibrate", "03b-run-cancelled", "04-cluster",
+                     "05-repack-dry-run", "10-large-calibrate", "11-large-cluster",
+                     "12-large-history"):  # fmt: skip
             assert (artifacts / f"{name}.png").stat().st_size > 1000
     finally:
         daemon.stop()
