@@ -184,8 +184,8 @@ def _raw(port: int, data: bytes, wait_s: float) -> tuple[bytes, float]:
     with socket.create_connection(("127.0.0.1", port), timeout=wait_s) as s:
         s.sendall(data)
         got = b""
-        try:
-            while chunk := s.recv(65536):
+        try:  # bounded: every recv waits at most wait_s, and the whole at most 2 wait_s
+            while time.monotonic() - t0 < 2 * wait_s and (chunk := s.recv(65536)):
                 got += chunk
         except (TimeoutError, ConnectionResetError):
             pass
