@@ -62,6 +62,84 @@ function horizontalOverflow(p) {
   });
 }
 
+/** Keyboard focus and labels (issue 16, Quality) on page p as it stands: every shown
+ *  control (input, button, select, textarea, link) has an accessible name, as playwright's
+ *  aria snapshot computes it and its role locator finds it by (label, aria-label or text);
+ *  and Tab, pressed from the top of the page, reaches every enabled one, each showing a
+ *  visible focus indicator (a computed outline or box-shadow) while focused. */
+async function keyboardAudit(p, where) {
+  const n = await p.evaluate(() => {
+    const shown = (e) => e.getClientRects().length > 0 && window.getComputedStyle(e).visibility !== "hidden";
+    const els = [...document.querySelectorAll("input, button, select, textarea, a[href]")].filter(shown);
+    document.querySelectorAll("[data-audit]").forEach((e) => e.removeAttribute("data-audit"));
+    els.forEach((e, i) => e.setAttribute("data-audit", String(i)));
+    return els.length;
+  });
+  check(n >= 1, `${where}: controls to check`);
+  const enabled = [];
+  const describe = (i) => p.$eval(`[data-audit="${i}"]`, (e) => `${e.tagName.toLowerCase()}#${e.id}.${[...e.classList].join(".")} "${e.textContent.trim().slice(0, 30)}"`);
+  for (let i = 0; i < n; i++) {
+    const el = p.locator(`[data-audit="${i}"]`);
+    const first = (await el.ariaSnapshot({ timeout: 5000 })).split("\n")[0];
+    // "- button \"Log in\"", or YAML-quoted when the name has a # or the like: "- 'spinbutton \"Workload of front #\"'".
+    let line = first.replace(/^- /, "");
+    const quoted = /^'(.*)'(:?)$/.exec(line);
+    if (quoted) line = quoted[1].replace(/''/g, "'");
+    const m = /^(\w+)(?: "((?:[^"\\]|\\.)*)")?/.exec(line);
+    const name = m?.[2] ? JSON.parse(`"${m[2]}"`).trim() : "";
+    check(m && name !== "", `${where}: ${await describe(i)} has an accessible name (aria snapshot: ${first})`);
+    // Its name from a label, aria-label(ledby) or its own text, not a placeholder alone
+    // (which goes once something is typed).
+    const source = await el.evaluate((e) => {
+      if (e.getAttribute("aria-label")?.trim()) return "aria-label";
+      if (e.getAttribute("aria-labelledby")) return "aria-labelledby";
+      if ([...(e.labels ?? [])].some((l) => l.textContent.trim())) return "label";
+      if (!["INPUT", "SELECT", "TEXTAREA"].includes(e.tagName) && e.textContent.trim()) return "text";
+      return null;
+    });
+    check(source !== null, `${where}: ${await describe(i)} is named by a label, aria-label or its text (not "${name}" from a placeholder or title alone)`);
+    const found = await p.getByRole(m[1], { name, exact: true }).evaluateAll((es, i) => es.some((e) => e.dataset.audit === String(i)), i);
+    check(found, `${where}: getByRole("${m[1]}", { name: "${name}" }) finds ${await describe(i)}`);
+    if (await el.isEnabled()) enabled.push(i);
+  }
+  // Tab from the top of the document: blur, put the focus navigation start at <body>.
+  await p.evaluate(() => {
+    document.activeElement?.blur();
+    window.scrollTo(0, 0);
+    document.body.setAttribute("tabindex", "-1");
+    document.body.focus();
+    document.body.removeAttribute("tabindex");
+  });
+  const seen = new Map(); // data-audit -> focus indicator
+  for (let k = 0; k < n + 10 && seen.size < enabled.length; k++) {
+    await p.keyboard.press("Tab");
+    const f = await p.evaluate(() => {
+      const e = document.activeElement;
+      if (!e || e === document.body) return null;
+      const cs = window.getComputedStyle(e);
+      const outline = cs.outlineStyle !== "none" && parseFloat(cs.outlineWidth) > 0;
+      return { i: e.dataset.audit ?? null, what: `${e.tagName.toLowerCase()}#${e.id}`, visible: outline || cs.boxShadow !== "none", style: `outline ${cs.outlineStyle} ${cs.outlineWidth}, box-shadow ${cs.boxShadow}` };
+    });
+    if (!f) continue;
+    check(f.i !== null, `${where}: Tab reached ${f.what}, which is not a control checked for a name`);
+    check(f.visible, `${where}: ${await describe(f.i)} shows where the focus is (${f.style})`);
+    seen.set(f.i, f.style);
+  }
+  const missed = enabled.filter((i) => !seen.has(String(i)));
+  const named = await Promise.all(missed.map(describe));
+  check(missed.length === 0, `${where}: Tab reaches every control (${named.join(", ")} not reached in ${n + 10} presses)`);
+  return enabled.length;
+}
+
+/** Press key (Tab or Shift+Tab) until sel has the focus, at most max times. */
+async function tabTo(p, sel, key = "Tab", max = 60) {
+  for (let k = 0; k < max; k++) {
+    if (await p.evaluate((sel) => document.activeElement?.matches(sel) ?? false, sel)) return;
+    await p.keyboard.press(key);
+  }
+  check(false, `${sel} reached by ${key} in ${max} presses`);
+}
+
 async function login(user, password) {
   await page.fill("#user", user);
   await page.fill("#password", password);
@@ -113,6 +191,11 @@ try {
     await shot("01-login");
   });
 
+  await step("the login page: every control named and reached by Tab with a visible focus", async () => {
+    const n = await keyboardAudit(page, "login");
+    check(n === 3, `user, password and Log in (${n} controls)`);
+  });
+
   await step("a wrong password is refused in words", async () => {
     await page.fill("#user", "ada");
     await page.fill("#password", "not-it");
@@ -120,8 +203,18 @@ try {
     await page.waitForSelector("text=Wrong user or password.");
   });
 
-  await step("the admin logs in and sees that no front exists yet", async () => {
-    await login("ada", "admin-pass");
+  await step("the admin logs in with the keyboard only and sees that no front exists yet", async () => {
+    await page.reload();
+    await page.waitForSelector("form.login");
+    await page.evaluate(() => document.activeElement?.blur());
+    await tabTo(page, "#user");
+    await page.keyboard.type("ada");
+    await page.keyboard.press("Tab");
+    check(await page.evaluate(() => document.activeElement?.id === "password"), "Tab goes from the user to the password");
+    await page.keyboard.type("admin-pass");
+    await page.keyboard.press("Enter");
+    await page.waitForSelector("header.top .who");
+    check((await page.textContent("header.top .who")).startsWith("ada (admin)"), "logged in as ada, an admin");
     await page.waitForSelector("text=No front yet");
     check(await page.isVisible("#start-run"), "the admin has a start button");
   });
@@ -154,6 +247,53 @@ try {
     check(await page.$$eval(".screen .lit", (ms) => ms.length === 3 && ms.every((m) => m.hidden)), "no schedule lit once the mouse leaves it");
   });
 
+  await step("picks made and unmade with the keyboard only: the schedule-id field and the list of picks", async () => {
+    const listed = () => page.$$eval("ul.picks li", (lis) => lis.map((li) => Number(li.textContent.match(/\d+/)[0])));
+    const same = (a, b) => [...a].sort((x, y) => x - y).join() === [...b].sort((x, y) => x - y).join();
+    const hint = () => page.textContent("#picks-h ~ p.hint");
+    const count = (n) => page.waitForFunction((n) => document.querySelectorAll("ul.picks li").length === n, n, { timeout: 5000 })
+      .catch(async () => check(false, `${n} picks listed after the key (listed: ${await listed()})`));
+    check(same(await listed(), picks), `the three clicked picks are listed (${await listed()})`);
+    const [a, b] = picks;
+    // The field, reached by Tab from the top of the page: its id and Enter unpick a pick,
+    // as a second click on its point does ...
+    await page.evaluate(() => { document.activeElement?.blur(); window.scrollTo(0, 0); });
+    await tabTo(page, "#pick-id", "Tab", 80);
+    await page.keyboard.type(String(a));
+    await page.keyboard.press("Enter");
+    await count(2);
+    check(same(await listed(), picks.filter((p) => p !== a)), `unpicked from the field: ${await listed()}`);
+    check((await hint()).startsWith("pick 1 more"), `the count follows (${await hint()})`);
+    check(await page.isDisabled("#calibrate"), "Calibrate waits for a third pick");
+    check(await page.evaluate(() => document.activeElement?.id === "pick-id"), "the focus stays in the field");
+    // ... and pick it again, as a click does.
+    await page.keyboard.type(String(a));
+    await page.keyboard.press("Enter");
+    await count(3);
+    check(same(await listed(), picks), `picked from the field: ${await listed()}`);
+    check((await hint()) === "3 picked" && (await page.isEnabled("#calibrate")), `the count follows (${await hint()})`);
+    // The list: Shift+Tab back from the field to a pick's button, Enter unpicks it.
+    await tabTo(page, `ul.picks button[aria-label="unpick schedule ${a}"]`, "Shift+Tab", 10);
+    await page.keyboard.press("Enter");
+    await count(2);
+    check(same(await listed(), picks.filter((p) => p !== a)), `unpicked from the list by Enter: ${await listed()}`);
+    const focus = await page.evaluate(() => document.activeElement === document.body ? "body" : (document.activeElement?.getAttribute("aria-label") ?? document.activeElement?.id));
+    check(focus !== "body" && focus !== undefined, `the focus stays in the picks after unpicking (${focus})`);
+    // ... Space too.
+    await tabTo(page, `ul.picks button[aria-label="unpick schedule ${b}"]`, "Shift+Tab", 10);
+    await page.keyboard.press("Space");
+    await count(1);
+    check(same(await listed(), picks.filter((p) => p !== a && p !== b)), `unpicked from the list by Space: ${await listed()}`);
+    // Both picked back by id.
+    for (const id of [a, b]) {
+      await tabTo(page, "#pick-id", "Tab", 10);
+      await page.keyboard.type(String(id));
+      await page.keyboard.press("Enter");
+      await page.waitForFunction((id) => [...document.querySelectorAll("ul.picks li")].some((li) => li.textContent.startsWith(`schedule ${id} `)), id, { timeout: 5000 });
+    }
+    check(same(await listed(), picks), `the three picks back: ${await listed()}`);
+  });
+
   await step("calibrate shows the weights of both methods", async () => {
     await page.click("#calibrate");
     await page.waitForSelector("table.weights tbody tr >> nth=1");
@@ -164,6 +304,11 @@ try {
     const fit = await page.$eval(".calibration", (e) => ({ scroll: e.scrollWidth, client: e.clientWidth }));
     check(fit.scroll <= fit.client, `the weights table fits its panel (${fit.scroll} px in ${fit.client} px)`);
     await shot("03-calibrate");
+  });
+
+  await step("Calibrate: every control named and reached by Tab with a visible focus", async () => {
+    const n = await keyboardAudit(page, "Calibrate");
+    check(n >= 15, `the nav, the run form, the picks and the weights' buttons (${n} controls)`);
   });
 
   let made = "";
@@ -245,6 +390,11 @@ try {
     await shot("05-repack-dry-run");
   });
 
+  await step("Cluster: every control named and reached by Tab with a visible focus", async () => {
+    const n = await keyboardAudit(page, "Cluster");
+    check(n >= 6, `the nav, Log out, Dry-run and Apply (${n} controls)`);
+  });
+
   await step("History lists the calibration with who made it, and filters", async () => {
     await page.click("a[href='#/history']");
     await page.waitForSelector("table.history tbody tr");
@@ -258,6 +408,11 @@ try {
     await page.waitForSelector("text=No entry matches the filter.");
     await page.fill("#history-filter", "");
     await shot("06-history");
+  });
+
+  await step("History: every control named and reached by Tab with a visible focus", async () => {
+    const n = await keyboardAudit(page, "History");
+    check(n >= 7, `the nav, Log out, the filter and the kinds (${n} controls)`);
   });
 
   await step("logging out returns to the login page", async () => {

@@ -158,6 +158,18 @@ export function calibratePage(ctx: Ctx, main: HTMLElement): void {
   }
 
   // --- picks, calibration, make current ------------------------------------------------
+  /** Unpicked by its button in the list: the focus goes to the next pick's button (the
+   *  previous one's after the last; the schedule-id field once none is left), not to the
+   *  page's top, so that the keyboard goes on where it was. */
+  function unpickFromList(id: number): void {
+    const at = picks.indexOf(id);
+    picks = togglePick(picks, id);
+    renderSide(null);
+    const next = picks[Math.min(at, picks.length - 1)];
+    const target = next === undefined ? side.querySelector("#pick-id") : side.querySelector(`ul.picks button[aria-label="unpick schedule ${next}"]`);
+    (target as HTMLElement | null)?.focus();
+  }
+
   function renderSide(result: HTMLElement | null): void {
     view?.setPicks(picks);
     lines?.setPicks(picks);
@@ -170,7 +182,7 @@ export function calibratePage(ctx: Ctx, main: HTMLElement): void {
           "li",
           {},
           `schedule ${p} `,
-          h("button", { type: "button", class: "link", "aria-label": `unpick schedule ${p}`, onclick: () => { picks = togglePick(picks, p); renderSide(null); } }, "×"),
+          h("button", { type: "button", class: "link", "aria-label": `unpick schedule ${p}`, onclick: () => unpickFromList(p) }, "×"),
         ),
       ),
     );
