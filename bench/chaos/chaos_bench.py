@@ -141,7 +141,7 @@ def _run_line(phase: dict[str, Any]) -> str:
     return (
         f"{describe(phase['machine'])} Mode: {mode}; `{phase['command']}`; "
         f"{phase['wall_s']} s; load average {la[0]:.2f} before, {lb[0]:.2f} after "
-        f"(other sessions' work on the same 2 cores)."
+        f"(the bench's own work and other sessions' on the same 2 cores)."
     )
 
 
