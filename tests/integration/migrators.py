@@ -184,15 +184,28 @@ def lxc_state(container: str, host: str) -> str:
     ).strip()  # fmt: skip
 
 
-def running_on(testbed: dict[str, Any], container: str) -> list[str]:
-    """The hosts where ``container`` is RUNNING; and it must have one LXC monitor only
-    (every host's processes are on this machine: a second copy would show here)."""
+def _seen(testbed: dict[str, Any], container: str) -> tuple[list[str], list[str]]:
+    """The hosts where ``container`` is RUNNING, and its LXC monitors (every host's
+    processes are on this machine: a second copy would show here)."""
     hosts = [h["name"] for h in testbed["hosts"] if lxc_state(container, h["name"]) == "RUNNING"]
     ps = tb.run(["ps", "-eo", "args"])
     monitors = [ln for ln in ps.splitlines() if ln.startswith("[lxc monitor]")
                 and ln.split()[-1] == container]  # fmt: skip
+    return hosts, monitors
+
+
+def running_on(testbed: dict[str, Any], container: str) -> list[str]:
+    """The hosts where ``container`` is RUNNING; and it must have one LXC monitor only."""
+    hosts, monitors = _seen(testbed, container)
     assert len(monitors) == len(hosts), (hosts, monitors)
     return hosts
+
+
+def settled_on(testbed: dict[str, Any], container: str) -> list[str] | None:
+    """running_on for a wait: None while a start, restore or stop is under way (a monitor
+    whose container is not RUNNING yet, or no more), which is no copy too many."""
+    hosts, monitors = _seen(testbed, container)
+    return hosts if len(monitors) == len(hosts) else None
 
 
 def send_home(

@@ -37,7 +37,7 @@ from typing import Any
 import pytest
 
 from . import tb
-from .migrators import running_on, wait_until
+from .migrators import running_on, settled_on, wait_until
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "deploy" / "testbed"))
 
@@ -293,7 +293,8 @@ def test_clavisd_killed_mid_step_finishes_its_plan_when_started_again(
 
         # the agents go on alone: that step's node ends on its target, once
         node, target = flying[0]
-        assert wait_until(lambda: running_on(st, node) == [target], PAUSE_S + 60), node
+        assert wait_until(lambda: settled_on(st, node) == [target], PAUSE_S + 60), node
+        assert running_on(st, node) == [target], node
         tb.tb("clavisd", "start")
         assert wait_until(lambda: _plan(st, plan_id)["state"] in ("done", "failed"), PLAN_S)
         plan = _plan(st, plan_id)
@@ -314,3 +315,6 @@ def test_clavisd_killed_mid_step_finishes_its_plan_when_started_again(
             assert demo.job_nodes(job.id) == ("RUNNING", [node]), job
     finally:
         demo.cancel(jobs)
+        # A failed run may leave clavisd killed: the next run (and test) needs it.
+        subprocess.run([str(tb.CLI), "clavisd", "start"], capture_output=True, timeout=120,
+                       check=False)  # fmt: skip
