@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from clavis.instance import Assignment, Instance
+from clavis.instance import Assignment, HostSpec, Instance
 
 OBJECTIVES = ("P", "D", "C", "M")
 
@@ -118,12 +118,20 @@ def host_loads(inst: Instance, assignment: Assignment) -> list[int]:
     return load
 
 
+def host_watts(spec: HostSpec, used: int) -> float:
+    """A host's watts with ``used`` cores busy: its linear model, or empty_w when idle."""
+    return (spec.idle_w + spec.slope_w * used) if used > 0 else spec.empty_w
+
+
 def power(inst: Instance, assignment: Assignment) -> float:
     load = host_loads(inst, assignment)
-    return sum(
-        (h.idle_w + h.slope_w * used) if used > 0 else h.empty_w
-        for h, used in zip(inst.hosts, load, strict=True)
-    )
+    return sum(host_watts(h, used) for h, used in zip(inst.hosts, load, strict=True))
+
+
+def is_contended(devils: int, devil_cores: int, tolerance: int) -> bool:
+    """A host is contended when it runs two or more devil containers whose devil cores
+    exceed its tolerance (docs/objectives.md, D)."""
+    return devils >= 2 and devil_cores > tolerance
 
 
 def contended_hosts(inst: Instance, assignment: Assignment) -> set[int]:
@@ -136,7 +144,7 @@ def contended_hosts(inst: Instance, assignment: Assignment) -> set[int]:
     return {
         h
         for h, spec in enumerate(inst.hosts)
-        if devils[h] >= 2 and devil_cores[h] > spec.devil_tolerance
+        if is_contended(devils[h], devil_cores[h], spec.devil_tolerance)
     }
 
 

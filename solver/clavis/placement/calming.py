@@ -19,7 +19,14 @@ import time
 from collections import Counter
 
 from clavis.instance import Assignment, Instance
-from clavis.objectives import Bounds, Weights, contended_hosts, score, straggling_jobs
+from clavis.objectives import (
+    Bounds,
+    Weights,
+    contended_hosts,
+    is_contended,
+    score,
+    straggling_jobs,
+)
 
 PASSES = 2  # over the lagging jobs at most
 
@@ -99,7 +106,7 @@ def _calm(
     out = list(where)
     for d in moving:
         here, need = out[d], inst.containers[d].cores
-        if devils_on[here] < 2 or cores_on[here] <= inst.hosts[here].devil_tolerance:
+        if not is_contended(devils_on[here], cores_on[here], inst.hosts[here].devil_tolerance):
             continue  # calm now that others of the job left
         spots = [h for h in hosts if devils_on[h] == 0 and free[h] >= need]
         if not spots:

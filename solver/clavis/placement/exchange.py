@@ -29,6 +29,7 @@ import time
 from collections import Counter, defaultdict, deque
 
 from clavis.instance import Assignment, Instance
+from clavis.objectives import host_watts, is_contended
 
 MAX_PASSES = 30  # sweeps over the talking containers at most, whatever the time limit
 HOSTS_TRIED = 4  # hosts a container is offered per sweep: where its partners are most
@@ -81,8 +82,8 @@ class _State:
             self.per_rack.append(Counter(self.rack[assignment[m]] for m in u.members))
 
     def _contended(self, hi: int) -> bool:
-        devils = self.devils_on[hi]
-        return len(devils) >= 2 and self.devil_cores[hi] > self.inst.hosts[hi].devil_tolerance
+        tolerance = self.inst.hosts[hi].devil_tolerance
+        return is_contended(len(self.devils_on[hi]), self.devil_cores[hi], tolerance)
 
     def _watts(self, hi: int) -> float:
         return self._watts_at(hi, 0)
@@ -90,8 +91,7 @@ class _State:
     def _watts_at(self, hi: int, more: int) -> float:
         """Host hi's watts with ``more`` cores busy than now."""
         h = self.inst.hosts[hi]
-        used = h.cores - self.free[hi] + more
-        return h.idle_w + h.slope_w * used if used > 0 else h.empty_w
+        return host_watts(h, h.cores - self.free[hi] + more)
 
     def cost(self, a: int, b: int) -> float:
         if a == b:

@@ -46,7 +46,7 @@ import numpy as np
 from ortools.linear_solver import linear_solver_pb2, pywraplp
 
 from clavis.instance import Assignment, Instance
-from clavis.objectives import Bounds, Weights
+from clavis.objectives import Bounds, Weights, is_contended
 from clavis.placement.lower import _capacities, calm_crossing, host_cost, traffic_floor
 
 # Cost of an uncovered container in the restricted master: F spans about 1, so no
@@ -456,7 +456,7 @@ def _enters(pb: PoolProblem, col: PoolColumn, last: _Solved | None) -> bool:
 def _calm(pb: PoolProblem, t: int, counts: list[int]) -> bool:
     devils = sum(n for gi, n in enumerate(counts) if pb.groups[gi].devil)
     cores = sum(n * pb.groups[gi].cores for gi, n in enumerate(counts) if pb.groups[gi].devil)
-    return devils <= 1 or cores <= pb.types[t].tolerance
+    return not is_contended(devils, cores, pb.types[t].tolerance)
 
 
 def solve(pb: PoolProblem, deadline: float) -> PoolAnswer:
