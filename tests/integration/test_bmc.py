@@ -125,7 +125,39 @@ def test_watts_rise_with_that_hosts_load_only(testbed: dict[str, Any]) -> None:
     assert len(seen) == len(hosts)
 
 
-def test_chassis_power_off_reads_standby(testbed: dict[str, Any]) -> None:
+def _lxc_states(h: dict[str, Any]) -> dict[str, str]:
+    """Each of the host's nodes' LXC state, from the host's netns (tb.netns_prefix)."""
+    out = {}
+    for c in h["containers"]:
+        cp = subprocess.run(
+            ["nsenter", f"--net=/run/netns/{h['netns']}", "--", "lxc-info", "-n", c["name"],
+             "-P", str(tb.RUN_DIR / "lxc"), "-s", "-H"],
+            capture_output=True, text=True, timeout=30, check=False,
+        )  # fmt: skip
+        out[c["name"]] = cp.stdout.strip() or "ABSENT"
+    return out
+
+
+def _wait_states(h: dict[str, Any], want: str, timeout: float = 30.0) -> dict[str, str]:
+    deadline = time.monotonic() + timeout
+    states = _lxc_states(h)
+    while any(s != want for s in states.values()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+        states = _lxc_states(h)
+    return states
+
+
+def _nodes_run_a_step(h: dict[str, Any], timeout: float = 60.0) -> None:
+    """Every node of the host answers slurmctld again: a step runs on each."""
+    for c in h["containers"]:
+        out = tb.slurm(["srun", "-w", c["name"], "-N1", "-t", "1", "--immediate=50",
+                        "hostname"], timeout=timeout)  # fmt: skip
+        assert out.strip() == c["name"], out
+
+
+def test_chassis_power_off_reads_standby_and_stops_the_nodes(testbed: dict[str, Any]) -> None:
+    """Issue 17: a powered-off host's containers (their slurmd) stop, as on real hardware,
+    and come back on power on (deploy/testbed/ctb/chassis.py)."""
     power = testbed["topology"]["power"]
     h = _host(testbed, "r1h2")
     try:
@@ -133,7 +165,33 @@ def test_chassis_power_off_reads_standby(testbed: dict[str, Any]) -> None:
         assert "off" in tb.ipmi(h, "chassis", "power", "status")
         w = _wait_watts(h, lambda w: w == power["standby_w"])
         assert w == power["standby_w"]
+        states = _wait_states(h, "STOPPED")
+        assert set(states.values()) == {"STOPPED"}, states
+        assert tb.status()["up"], "a powered-off host's stopped nodes are not a problem"
     finally:
         tb.ipmi(h, "chassis", "power", "on")
     assert "on" in tb.ipmi(h, "chassis", "power", "status")
     assert _wait_watts(h, lambda w: w >= power["idle_w"]) >= power["idle_w"]
+    states = _wait_states(h, "RUNNING")
+    assert set(states.values()) == {"RUNNING"}, states
+    _nodes_run_a_step(h)
+
+
+def test_chassis_power_soft_stops_the_nodes_then_the_chassis(testbed: dict[str, Any]) -> None:
+    """`chassis power soft` asks the OS to shut down: the containers stop cleanly, then
+    the chassis goes off (ACPI soft-off); power on boots them again."""
+    power = testbed["topology"]["power"]
+    h = _host(testbed, "r2h1")
+    try:
+        tb.ipmi(h, "chassis", "power", "soft")
+        deadline = time.monotonic() + 30
+        while "off" not in tb.ipmi(h, "chassis", "power", "status"):
+            assert time.monotonic() < deadline, "chassis still on 30 s after soft"
+            time.sleep(0.5)
+        assert set(_lxc_states(h).values()) == {"STOPPED"}
+        assert _wait_watts(h, lambda w: w == power["standby_w"]) == power["standby_w"]
+    finally:
+        tb.ipmi(h, "chassis", "power", "on")
+    states = _wait_states(h, "RUNNING")
+    assert set(states.values()) == {"RUNNING"}, states
+    _nodes_run_a_step(h)

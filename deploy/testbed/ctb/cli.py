@@ -18,6 +18,7 @@ from . import (
     accounting,
     agents,
     bmc,
+    chassis,
     cluster,
     containers,
     misses,
@@ -56,7 +57,8 @@ def problems(st: State) -> list[str]:
     out += [f"{p.what} (pid {p.pid}) not running" for p in st.processes if not p.alive()]
     for c in st.topology.containers():
         s = containers.state(c.name) if c.name in st.containers else "ABSENT"
-        if s != "RUNNING":
+        # a node Slurm suspended, or on a host powered off, is meant to be stopped
+        if s != "RUNNING" and not (s == "STOPPED" and chassis.expected_down(c.name)):
             out.append(f"container {c.name} {s}")
     if st.phase != "up":
         out.append(f"phase is {st.phase!r}")
@@ -566,6 +568,27 @@ def cmd_node_moved(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_node_power(args: argparse.Namespace) -> int:
+    """Slurm's power saving on the testbed, as clavisd's node command runs it
+    (chassis.py): `node-power stop NODE`, `node-power start NODE HOST`."""
+    st = _require_up()
+    _container(st, args.node)
+    if args.action == "stop":
+        errors = chassis.suspend_node(args.node)
+        _say(f"{args.node} suspended" + (": " + "; ".join(errors) if errors else ""))
+        return 1 if errors else 0
+    if args.host is None:
+        _say("node-power start needs NODE HOST")
+        return EXIT_BAD_INPUT
+    try:
+        chassis.start_node(st.topology, args.node, args.host)
+    except placement.PlacementError as exc:
+        _say(f"node-power: {exc}")
+        return 1
+    _say(f"{args.node} started on {args.host}")
+    return 0
+
+
 def cmd_agents(args: argparse.Namespace) -> int:
     """Stop or start the stack's migrator agents (an admin's view of agents down)."""
     st = _require_up()
@@ -657,6 +680,11 @@ def parser() -> argparse.ArgumentParser:
         nm.add_argument(a)
     nm.set_defaults(func=cmd_node_moved)
     sub.add_parser("missd", help=argparse.SUPPRESS).set_defaults(func=cmd_missd)
+    npw = sub.add_parser("node-power", help="Slurm power saving: stop NODE | start NODE HOST")
+    npw.add_argument("action", choices=("stop", "start"))
+    npw.add_argument("node")
+    npw.add_argument("host", nargs="?")
+    npw.set_defaults(func=cmd_node_power)
     return p
 
 

@@ -157,9 +157,15 @@ def lxc_cmd(cmd: str, name: str, *args: str) -> list[str]:
 
 def start(c: Container) -> None:
     """Start the container from inside its host's netns, so its veth lands there."""
-    log = paths.LOG / f"lxc-{c.name}.log"
+    start_on(c.name, c.host)
+
+
+def start_on(name: str, host: str) -> None:
+    """Start a container in ``host``'s netns: every host's bridge is br0, so the same
+    config serves any host (a node Slurm resumes elsewhere, chassis.py)."""
+    log = paths.LOG / f"lxc-{name}.log"
     run(
-        in_netns_with_sysfs(host_netns(c), _lxc("lxc-start", c.name, "-l", "INFO", "-o", str(log))),
+        in_netns_with_sysfs(f"ctb-{host}", _lxc("lxc-start", name, "-l", "INFO", "-o", str(log))),
         timeout=60,
     )
 

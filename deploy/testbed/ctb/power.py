@@ -4,7 +4,8 @@ Busy cores come from the CPU time (cpuacct) of the LXC containers on the host no
 (placement.py: migrations move them) over the
 last interval; a host whose chassis was powered off (chassis-control wrote 0) reads
 its standby watts. The result goes to BMC_DIR/HOST/watts, which both the BMC's Watts
-sensor and the DCMI module read.
+sensor and the DCMI module read. Each tick also makes the hosts' containers follow their
+chassis (chassis.py: powered off, they stop; powered on, they start again).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import signal
 import time
 from pathlib import Path
 
-from . import paths, placement
+from . import chassis, paths, placement
 from .topology import Topology
 
 CGROUP_ROOTS = (Path("/sys/fs/cgroup/cpuacct"), Path("/sys/fs/cgroup/cpu,cpuacct"))
@@ -66,8 +67,11 @@ def serve(topo: Topology, interval: float = 1.0, max_seconds: float = 7 * 24 * 3
     last: dict[str, int | None] = {c.name: container_cpu_ns(c.name) for c in topo.containers()}
     last_t = time.monotonic()
     end = last_t + max_seconds
+    # a host's containers follow its chassis: off stops them, on starts them (chassis.py)
+    follower = chassis.Follower(topo, paths.LOG / "powerd.log")
     while not stop and time.monotonic() < end:
         time.sleep(interval)
+        follower.tick()
         now = time.monotonic()
         dt = max(now - last_t, 1e-3)
         last_t = now
