@@ -98,6 +98,7 @@ def test_request_builder_on_garbage(san_build: Path, tmp_path: Path) -> None:
 
 GEN = "2026-11-22T19:45:05Z"
 NOW = "1795376710"  # 5 s after GEN
+VALID_S = b'"valid_s": 180'  # as advice_doc writes it
 
 
 def advice_doc(n: int, **changes: object) -> dict[str, object]:
@@ -118,13 +119,15 @@ def advice_doc(n: int, **changes: object) -> dict[str, object]:
     return doc
 
 
-def hostile_corpus() -> dict[str, bytes]:
-    """Advice files a broken or hostile writer could leave: each is refused or read,
-    never a crash."""
-    good = json.dumps(advice_doc(40)).encode()
-    node = json.dumps(advice_doc(1)["nodes"]).encode()[1:-1]  # type: ignore[index]
-    corpus: dict[str, bytes] = {f"truncated-{k}": good[:k] for k in range(0, len(good), 97)}
+def hostile_corpus(n: int = 40) -> dict[str, bytes]:
+    """Advice files a broken or hostile writer could leave, made from a valid file of
+    ``n`` nodes (bench/chaos uses 20,000): each is refused or read, never a crash."""
+    good = json.dumps(advice_doc(n)).encode()
+    node = json.dumps(advice_doc(1)["nodes"]).encode()[1:-1]
+    step = max(97, len(good) // 64)  # at most 64 truncations of a large file
+    corpus: dict[str, bytes] = {f"truncated-{k}": good[:k] for k in range(0, len(good), step)}
     corpus |= {
+        "valid": good,
         "empty-nodes-v2": json.dumps(advice_doc(0, apps=[])).encode(),
         "empty-nodes-v2-apps": json.dumps(advice_doc(0)).encode(),
         "empty-nodes-v1": json.dumps(advice_doc(0, schema_version=1, apps=None))
@@ -138,13 +141,13 @@ def hostile_corpus() -> dict[str, bytes]:
         "huge-list": b'{"nodes":[' + b",".join([node] * 65_537) + b"]}",
         "many-keys": b"{" + b",".join(b'"k%d":0' % i for i in range(200_000)) + b"}",
         "duplicate-nodes": json.dumps(advice_doc(3)).replace('"n00001"', '"n00000"').encode(),
-        "duplicate-key": good.replace(b'"valid_s": 180', b'"valid_s": 180, "valid_s": 1'),
-        "nan": good.replace(b"180", b"NaN"),
-        "infinity": good.replace(b"180", b"Infinity"),
-        "overflow": good.replace(b"180", b"1e999"),
-        "valid-s-huge": good.replace(b"180", b"1e308"),
+        "duplicate-key": good.replace(VALID_S, VALID_S + b', "valid_s": 1'),
+        "nan": good.replace(VALID_S, b'"valid_s": NaN'),
+        "infinity": good.replace(VALID_S, b'"valid_s": Infinity'),
+        "overflow": good.replace(VALID_S, b'"valid_s": 1e999'),
+        "valid-s-huge": good.replace(VALID_S, b'"valid_s": 1e308'),
         "far-future": good.replace(GEN.encode(), b"9999-12-31T23:59:59Z"),
-        "negative-zero": good.replace(b"180", b"-0"),
+        "negative-zero": good.replace(VALID_S, b'"valid_s": -0'),
         "wrong-types": json.dumps(advice_doc(2, nodes={"n": 1}, apps="x")).encode(),
         "wrong-node-types": json.dumps(advice_doc(1, nodes=[[1], None, 3.5])).encode(),
         "non-utf8-name": good.replace(b"n00003", b"n\xff\xfe03"),
