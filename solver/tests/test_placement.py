@@ -270,6 +270,28 @@ def test_calming_moves_a_contended_devil_only_when_f_says_so() -> None:
         assert score(inst, got, w, limits).F < score(inst, start, w, limits).F
 
 
+def test_calming_swaps_a_devil_with_a_turtle_when_no_host_on_has_room() -> None:
+    # Job A's two 4-core devils share h0 (contended); h1 is full of job T's turtles and
+    # h2 is off. Moving a devil to h2 would switch it on; swapping it with a turtle of h1
+    # calms A with the same hosts on and the same loads, which F prefers when P weighs.
+    hosts = [host(f"h{i}", cores=8, domains=1) for i in range(3)]
+    jobs = [
+        {"name": "A", "containers": [container(f"a{i}", 4, mpki=15) for i in range(2)]},
+        {"name": "T", "containers": [container(f"t{i}", 4) for i in range(2)]},
+    ]
+    inst = instance(hosts, jobs)
+    start = (0, 0, 1, 1)
+    w = Weights(10, 10, 1)
+    limits = bounds(inst)
+    got = calming.improve(inst, w, limits, start, deadline=time.monotonic() + 5)
+    assert got is not None and violations(inst, got) == []
+    assert evaluate(inst, got).D == 0
+    assert 2 not in got  # h2 stays off
+    assert sorted(got[:2]) == [0, 1] and sorted(got[2:]) == [0, 1]  # one swap
+    assert evaluate(inst, got).P == evaluate(inst, start).P
+    assert score(inst, got, w, limits).F < score(inst, start, w, limits).F
+
+
 def test_fathom_packs_the_cheapest_racks_first() -> None:
     # Rack r1 (listed first) holds dear 16-core hosts, r2 cheap 64-core ones: a core of a
     # full host costs 11.4 W on r1 and 8.2 W on r2, so the packed schedule powers one r2
