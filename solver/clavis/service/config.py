@@ -21,6 +21,7 @@ from pydantic import (
 
 from clavis.documents import InputError, decode, describe
 from clavis.service.hostpower_config import HostPowerConfig
+from clavis.service.slurmpower_config import SlurmPowerConfig
 from clavis_contracts.advice import MAX_VALID_S
 
 DEFAULT_PATH: Final = Path("/etc/clavis/clavis.toml")
@@ -305,6 +306,7 @@ class Config(_Section):
     migrator: MigratorConfig = MigratorConfig()
     advice: AdviceConfig = AdviceConfig()
     host_power: HostPowerConfig = HostPowerConfig()
+    slurm_power: SlurmPowerConfig = SlurmPowerConfig()
 
     @model_validator(mode="after")
     def _writer_reaches_the_store(self) -> Config:

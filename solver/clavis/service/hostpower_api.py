@@ -10,6 +10,7 @@ from fastapi import APIRouter, HTTPException, Path, Request
 from fastapi.responses import PlainTextResponse
 from pydantic import BaseModel
 
+from clavis.service import slurmpower_api
 from clavis.service.hostpower import HostPower
 
 if TYPE_CHECKING:
@@ -55,4 +56,6 @@ def router(admin: Any, errors: dict[int | str, dict[str, Any]]) -> APIRouter:
         text = hp.metrics_text() if hp is not None else ""
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
+    # Slurm's power saving: nodes suspended and resumed onto hosts host power keeps on
+    r.include_router(slurmpower_api.router(admin, errors))
     return r

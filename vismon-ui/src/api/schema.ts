@@ -368,6 +368,47 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/nodes/resume": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Resume
+         * @description Start the nodes' containers on hosts chosen by the evaluator, powering hosts on
+         *     as needed (Slurm's ResumeProgram); each node's host and result.
+         */
+        post: operations["resume_api_v1_nodes_resume_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/nodes/suspend": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Suspend
+         * @description Stop the nodes' containers (Slurm's SuspendProgram); each node's result.
+         */
+        post: operations["suspend_api_v1_nodes_suspend_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/plans": {
         parameters: {
             query?: never;
@@ -1178,6 +1219,22 @@ export interface components {
              */
             timestamp: string;
         };
+        /** NodeOut */
+        NodeOut: {
+            /** Host */
+            host: string | null;
+            /** Message */
+            message: string;
+            /** Node */
+            node: string;
+            /** Ok */
+            ok: boolean;
+        };
+        /** NodesOut */
+        NodesOut: {
+            /** Results */
+            results: components["schemas"]["NodeOut"][];
+        };
         /** ObjectiveValues */
         ObjectiveValues: {
             /**
@@ -1440,6 +1497,20 @@ export interface components {
             /** Timestamp */
             timestamp: number;
         };
+        /** ResumeIn */
+        ResumeIn: {
+            /** Nodes */
+            nodes: components["schemas"]["ResumeNode"][];
+        };
+        /** ResumeNode */
+        ResumeNode: {
+            /** Cores */
+            cores: number;
+            /** Memory Bytes */
+            memory_bytes: number;
+            /** Name */
+            name: string;
+        };
         /**
          * Solution
          * @description How a placement was found and how it scores; written by `clavis solve`.
@@ -1499,6 +1570,11 @@ export interface components {
             updated: number;
             /** Wave */
             wave: number;
+        };
+        /** SuspendIn */
+        SuspendIn: {
+            /** Nodes */
+            nodes: string[];
         };
         /** ValidationError */
         ValidationError: {
@@ -2639,6 +2715,126 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    resume_api_v1_nodes_resume_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ResumeIn"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["NodesOut"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    suspend_api_v1_nodes_suspend_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SuspendIn"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["NodesOut"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
                 };
             };
         };

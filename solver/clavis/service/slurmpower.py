@@ -1,0 +1,238 @@
+"""Slurm's power saving for the container nodes (issue 17; docs/clavisd.md, Slurm power
+saving).
+
+Slurm's SuspendProgram and ResumeProgram (slurm-plugin/power/) ask clavisd, signed like
+every client: a suspended node's container is stopped; a resumed node's container is
+started on a host clavisd chooses with the one evaluator (clavis.objectives): the host
+with room whose F is lowest with the node on it, the nodes resumed together counted as
+one job whose members talk (``pair_bytes_per_s``, so C keeps them on one host or rack),
+a host that is off counted at its off watts until the node is on it (so P prefers a
+powered host, and powers one on only when none has room or the trade-off says so).
+A chosen host that is off is powered on through host power (hostpower.py) first: no
+node is started on a host that is off. clavisd runs the site's ``node_command`` for the
+container itself (the testbed: ``clavis-testbed node-power``).
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from clavis.instance import build_instance
+from clavis.model import Container, Job, Placement, Workload
+from clavis.objectives import Weights, score
+from clavis.service.hostpower import HostPower
+from clavis.service.slurmpower_config import SlurmPowerConfig
+from clavis.service.snapshot import Snapshot
+
+log = logging.getLogger("clavisd.slurmpower")
+
+
+class ResumeError(Exception):
+    """No host can take a node (no room on any host that is on or may be powered on)."""
+
+
+@dataclass(frozen=True)
+class NodeAsk:
+    name: str
+    cores: int
+    memory_bytes: int
+
+
+@dataclass(frozen=True)
+class NodeResult:
+    node: str
+    host: str | None
+    ok: bool
+    message: str
+
+
+# --- the choice (pure) ---------------------------------------------------------------
+
+
+def choose_hosts(
+    snap: Snapshot,
+    asks: Sequence[NodeAsk],
+    weights: Weights,
+    *,
+    powerable: frozenset[str],
+    pending: Mapping[str, tuple[str, int]],
+    pair_bytes_per_s: float,
+) -> dict[str, str]:
+    """Node -> host for every ask. Candidates: hosts ``up`` in the snapshot (on and
+    reporting) and ``powerable`` ones (off, with a BMC), each with room for the node's
+    cores after what runs there, what ``pending`` holds (node -> (host, cores): started,
+    not reported yet) and the asks placed before it. A node the monitors already list
+    stays where it is. The lowest F wins (ties: a host already on, then by name): first
+    among hosts with room for all the nodes, else greedily node by node, each candidate
+    scored with the nodes not yet placed on it. Raises ResumeError when a node fits
+    nowhere."""
+    cluster = snap.cluster
+    running = dict(snap.current.assignment)
+    load = {h.name: 0 for h in cluster.hosts}
+    for node, host in running.items():
+        load[host] += _cores_of(snap, node)
+    for node, (host, cores) in pending.items():
+        if node not in running and host in load:
+            load[host] += cores
+    up = {h.name for h in cluster.hosts if h.state == "up"}
+    cands = [h for h in cluster.hosts if h.name in up or h.name in powerable]
+    placed: dict[str, str] = {}
+    todo = [a for a in asks if a.name not in running]
+    for a in asks:
+        if a.name in running:
+            placed[a.name] = running[a.name]
+    if not todo:
+        return placed
+    jobs = list(snap.workload.jobs) if snap.workload is not None else []
+    asked = Job(
+        name="resume:" + todo[0].name,  # a name no reported job has (":")
+        containers=[Container(name=a.name, cores=a.cores, memory_bytes=a.memory_bytes,
+                              intensity_mpki=0.0, klass="turtle") for a in todo],
+        all_to_all_bytes_per_s=pair_bytes_per_s,
+    )  # fmt: skip
+    threshold = snap.workload.devil_threshold_mpki if snap.workload is not None else 1.0
+    workload = Workload(devil_threshold_mpki=threshold, jobs=[*jobs, asked])
+    # every host up for the evaluation: P counts a host by its load, not its state, and
+    # the candidates were chosen above
+    everyone = cluster.model_copy(
+        update={"hosts": [h.model_copy(update={"state": "up"}) for h in cluster.hosts]}
+    )
+    inst = build_instance(everyone, workload, Placement(assignment=running))
+    index = {h.name: i for i, h in enumerate(inst.hosts)}
+    base = [h if h is not None else -1 for h in inst.current]
+    pos = inst.container_by_name
+
+    def f_with(rest: Sequence[NodeAsk], host: str) -> tuple[float, int, str]:
+        """F with the nodes placed so far, and ``rest`` on ``host``; ties to a host on."""
+        assignment = list(base)
+        for node, where in placed.items():
+            assignment[pos[node]] = index[where]
+        for r in rest:
+            assignment[pos[r.name]] = index[host]
+        f = score(inst, tuple(assignment), weights).F
+        return (round(f, 12), 0 if host in up else 1, host)
+
+    # One host for all of them when one has room: they are turtles (nothing to spread
+    # for D), one host adds at most one host's watts to P and makes their C zero.
+    total = sum(a.cores for a in todo)
+    whole = [f_with(todo, h.name) for h in cands if load[h.name] + total <= h.cores]
+    if whole:
+        host = min(whole)[2]
+        return {**placed, **{a.name: host for a in todo}}
+    for k, a in enumerate(todo):
+        # the rest of the job is scored on the same host (it follows this node, as far
+        # as the estimate goes), so the first nodes go where the others can join them
+        fits = [f_with(todo[k:], h.name) for h in cands if load[h.name] + a.cores <= h.cores]
+        if not fits:
+            raise ResumeError(f"node {a.name} ({a.cores} cores): no host that is on or may "
+                              "be powered on has room")  # fmt: skip
+        host = min(fits)[2]
+        placed[a.name] = host
+        load[host] += a.cores
+    return placed
+
+
+def _cores_of(snap: Snapshot, node: str) -> int:
+    if snap.workload is None:
+        return 0
+    for j in snap.workload.jobs:
+        for c in j.containers:
+            if c.name == node:
+                return c.cores
+    return 0
+
+
+# --- the service side ----------------------------------------------------------------
+
+
+class SlurmPower:
+    """Runs suspends and resumes for clavisd's API; one resume at a time (the choice
+    must see the nodes the previous one started)."""
+
+    def __init__(
+        self,
+        cfg: SlurmPowerConfig,
+        *,
+        snapshot: Callable[[float], Snapshot],
+        weights: Callable[[], Weights],
+        host_power: HostPower | None,
+    ) -> None:
+        self.cfg = cfg
+        self.snapshot = snapshot
+        self.weights = weights
+        self.host_power = host_power
+        self._lock = threading.Lock()
+        self._pending: dict[str, tuple[str, int, float]] = {}  # node -> host, cores, until
+
+    def _command(self, *args: str) -> tuple[bool, str]:
+        argv = [*self.cfg.node_command, *args]
+        try:
+            cp = subprocess.run(argv, capture_output=True, text=True, check=False,
+                                timeout=self.cfg.command_timeout_s)  # fmt: skip
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return False, f"{argv[0]}: {exc}"
+        text = (cp.stderr or cp.stdout).strip()[-300:]
+        return cp.returncode == 0, text or f"exit {cp.returncode}"
+
+    def suspend(self, nodes: Sequence[str]) -> list[NodeResult]:
+        """Stop each node's container (side by side: Slurm's SuspendTimeout covers all)."""
+
+        def one(node: str) -> NodeResult:
+            ok, msg = self._command("stop", node)
+            log.info("slurm power node=%s action=suspend ok=%s %s", node, ok, msg)
+            return NodeResult(node, None, ok, msg)
+
+        with ThreadPoolExecutor(max_workers=max(1, min(8, len(nodes)))) as pool:
+            return list(pool.map(one, nodes))
+
+    def resume(self, asks: Sequence[NodeAsk]) -> list[NodeResult]:
+        """Choose a host for each node, power on the chosen hosts that are off, start the
+        containers; every node gets a result (a failure names why)."""
+        with self._lock:
+            now = time.time()
+            self._pending = {n: p for n, p in self._pending.items() if p[2] > now}
+            hp = self.host_power
+            powerable = frozenset(
+                h for h in (hp.bmcs if hp is not None else ()) if hp is not None
+                and hp.state(h).power == "off"
+            )  # fmt: skip
+            snap = self.snapshot(now)
+            try:
+                where = choose_hosts(
+                    snap, asks, self.weights(), powerable=powerable,
+                    pending={n: (h, c) for n, (h, c, _) in self._pending.items()},
+                    pair_bytes_per_s=self.cfg.pair_bytes_per_s,
+                )  # fmt: skip
+            except ResumeError as exc:
+                return [NodeResult(a.name, None, False, str(exc)) for a in asks]
+            until = now + self.cfg.pending_s
+            for a in asks:
+                self._pending[a.name] = (where[a.name], a.cores, until)
+        log.info("slurm power resume %s", ", ".join(f"node={n} host={h}"
+                                                    for n, h in sorted(where.items())))  # fmt: skip
+        failed: dict[str, str] = {}
+        for host in sorted({where[a.name] for a in asks} & powerable):
+            assert hp is not None
+            out = hp.power_on(host)
+            if out.state != "on":
+                failed[host] = f"host {host} did not come on: {out.message}"
+        results = []
+        for a in asks:
+            host = where[a.name]
+            if host in failed:
+                results.append(NodeResult(a.name, host, False, failed[host]))
+                continue
+            ok, msg = self._command("start", a.name, host)
+            log.info("slurm power node=%s host=%s action=resume ok=%s %s", a.name, host, ok, msg)
+            results.append(NodeResult(a.name, host, ok, msg))
+        with self._lock:
+            for r in results:
+                if not r.ok:
+                    self._pending.pop(r.node, None)
+        return results

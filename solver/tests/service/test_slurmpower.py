@@ -1,0 +1,108 @@
+"""Slurm power saving (slurmpower.py): where a resumed node goes, chosen by the evaluator
+on a snapshot, and the service running the site's node command (a fake one here: the
+testbed's real one runs in tests/integration/test_power.py)."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+
+from clavis.model import Cluster, Container, Job, Placement, Workload
+from clavis.objectives import Weights
+from clavis.service.slurmpower import NodeAsk, ResumeError, SlurmPower, choose_hosts
+from clavis.service.slurmpower_config import SlurmPowerConfig
+from clavis.service.snapshot import Snapshot
+
+from .helpers import cluster_doc
+
+W = Weights(0.4, 0.2, 0.3, 0.1)
+
+
+def _snap(running: dict[str, tuple[str, int]], states: dict[str, str] | None = None) -> Snapshot:
+    """h1..h4 (8 cores; h1, h3 in rack r1, h2, h4 in r0); ``running``: node -> (host,
+    cores), one job; ``states``: hosts not up (drain: off, unknown or quiet)."""
+    doc = cluster_doc(4, 8)
+    for h in doc["hosts"]:
+        h["state"] = (states or {}).get(h["name"], "up")
+    cluster = Cluster.model_validate(doc)
+    members = [Container(name=n, cores=c, memory_bytes=2**30, intensity_mpki=0.5)
+               for n, (_, c) in running.items()]  # fmt: skip
+    workload = Workload(devil_threshold_mpki=10.0,
+                        jobs=[Job(name="j", containers=members)]) if members else None  # fmt: skip
+    where = Placement(assignment={n: h for n, (h, _) in running.items()})
+    return Snapshot(cluster, workload, where)
+
+
+def _ask(*names: str, cores: int = 2) -> list[NodeAsk]:
+    return [NodeAsk(n, cores, 2**30) for n in names]
+
+
+def test_a_host_that_is_on_with_room_wins_over_powering_one_on() -> None:
+    snap = _snap({"x": ("h1", 4)}, {"h2": "drain", "h3": "drain", "h4": "drain"})
+    got = choose_hosts(snap, _ask("a"), W, powerable=frozenset({"h2", "h3", "h4"}),
+                       pending={}, pair_bytes_per_s=1e6)  # fmt: skip
+    assert got == {"a": "h1"}
+
+
+def test_nodes_resumed_together_share_one_host_when_one_has_room() -> None:
+    # h1 has room for one of them, h3 (empty, on) for both: split, they would talk
+    # across hosts; together C is zero for the same watts
+    snap = _snap({"x": ("h1", 6)}, {"h2": "drain", "h4": "drain"})
+    got = choose_hosts(snap, _ask("a", "b", cores=2), W, powerable=frozenset(),
+                       pending={}, pair_bytes_per_s=1e6)  # fmt: skip
+    assert got == {"a": "h3", "b": "h3"}
+
+
+def test_an_off_host_is_chosen_only_when_no_host_that_is_on_has_room() -> None:
+    snap = _snap({"x": ("h1", 8), "y": ("h3", 8)}, {"h2": "drain", "h4": "drain"})
+    got = choose_hosts(snap, _ask("a"), W, powerable=frozenset({"h4"}), pending={},
+                       pair_bytes_per_s=1e6)  # fmt: skip
+    assert got == {"a": "h4"}  # h2 is drain but not powerable (unknown, or quiet)
+
+
+def test_a_node_too_large_for_every_candidate_is_refused() -> None:
+    snap = _snap({"x": ("h1", 6)}, {"h2": "drain", "h3": "drain", "h4": "drain"})
+    with pytest.raises(ResumeError, match="no host"):
+        choose_hosts(snap, _ask("a", cores=4), W, powerable=frozenset(), pending={},
+                     pair_bytes_per_s=1e6)  # fmt: skip
+
+
+def test_pending_starts_hold_their_cores_and_a_running_node_stays() -> None:
+    snap = _snap({"x": ("h1", 4)}, {"h2": "drain", "h4": "drain"})
+    got = choose_hosts(snap, [*_ask("a", cores=4), *_ask("x", cores=4)], W,
+                       powerable=frozenset(), pending={"p": ("h1", 4)},
+                       pair_bytes_per_s=1e6)  # fmt: skip
+    assert got == {"x": "h1", "a": "h3"}
+
+
+def test_a_job_too_large_for_one_host_is_split_over_a_rack() -> None:
+    snap = _snap({}, {"h2": "drain", "h4": "drain"})
+    got = choose_hosts(snap, _ask("a", "b", "c", cores=4), W, powerable=frozenset(),
+                       pending={}, pair_bytes_per_s=1e6)  # fmt: skip
+    assert sorted(got.values()) == ["h1", "h1", "h3"]  # h1 and h3: both of rack r1
+
+
+def _fake_command(tmp_path: Path) -> list[str]:
+    """A node command that records its arguments and fails for node 'bad'."""
+    log = tmp_path / "calls"
+    exe = tmp_path / "node-command"
+    exe.write_text(f'#!/bin/sh\necho "$@" >> {log}\n[ "$2" != bad ]\n')
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    return [str(exe)]
+
+
+def test_resume_and_suspend_run_the_node_command(tmp_path: Path) -> None:
+    snap = _snap({"x": ("h1", 4)}, {"h2": "drain", "h3": "drain", "h4": "drain"})
+    cfg = SlurmPowerConfig(enabled=True, node_command=_fake_command(tmp_path))
+    sp = SlurmPower(cfg, snapshot=lambda _now: snap, weights=lambda: W, host_power=None)
+    out = sp.resume(_ask("a", "bad"))
+    assert [(r.node, r.host, r.ok) for r in out] == [("a", "h1", True), ("bad", "h1", False)]
+    # a's start holds its cores: 4 running + 2 pending leave 2, so c (4) fits nowhere
+    refused = sp.resume(_ask("c", cores=4))
+    assert not refused[0].ok and "no host" in refused[0].message
+    assert [r.ok for r in sp.suspend(["a", "bad"])] == [True, False]
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert calls[:2] == ["start a h1", "start bad h1"]
+    assert sorted(calls[2:]) == ["stop a", "stop bad"]
