@@ -267,3 +267,27 @@ def test_a_repack_bound_charges_the_bytes_a_better_placement_must_move() -> None
                 own = {hi for t in pb.types if t.keep for hi in t.hosts}
                 assert own == set(staying)
         assert got[1] + 0.02 < got[0] <= score(moving, staying, w, bounds(moving)).F, (seed, got)
+
+
+def test_the_bound_splits_into_the_evaluators_weighted_terms() -> None:
+    # pool.terms splits the master's value by objective, each k * (raw - lo) as the
+    # evaluator weighs a placement: the parts add up to the value, D is the weighted
+    # devil cores the shares let lag, and M appears only with a current placement.
+    w = Weights(6, 5, 9, 4)
+    cluster, workload, current = generate(RealisticSpec(hosts=64, seed=1, current=True)).models()
+    for inst in (build_instance(cluster, workload, current), build_instance(cluster, workload)):
+        limits = bounds(inst)
+        pb = pool.prepare(inst, w, limits)
+        assert pb is not None
+        answer = pool.solve(pb, time.monotonic() + 30)
+        parts = pool.terms(pb, answer)
+        assert parts is not None and answer.lp is not None
+        assert math.isclose(sum(parts.as_tuple()), answer.lp, rel_tol=1e-9, abs_tol=1e-9)
+        (_k_p, k_d, _k_c, _k_m), _ = limits.linear(w)
+        cores = {gi: g.cores for gi, g in enumerate(pb.groups)}
+        lagging = sum(
+            y * u.devils * cores[u.group] for u, y in zip(pb.units, answer.y, strict=True)
+        )
+        assert math.isclose(parts.D, k_d * lagging, rel_tol=1e-9, abs_tol=1e-12)
+        assert min(parts.as_tuple()) >= -1e-9
+        assert (parts.M > 0) == inst.has_current

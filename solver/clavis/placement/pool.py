@@ -46,7 +46,7 @@ import numpy as np
 from ortools.linear_solver import linear_solver_pb2, pywraplp
 
 from clavis.instance import Assignment, Instance
-from clavis.objectives import Bounds, Weights, is_contended
+from clavis.objectives import Bounds, Objectives, Weights, is_contended
 from clavis.placement.lower import _capacities, calm_crossing, host_cost, traffic_floor
 
 # Cost of an uncovered container in the restricted master: F spans about 1, so no
@@ -101,6 +101,7 @@ class Straggler:
     group: int
     devils: int
     cost: float
+    spared: float = 0.0  # the traffic part taken off ``cost`` (F's scale): C if calm
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,9 @@ class PoolProblem:
     k_p: float
     k_d: float
     constant: float  # F's offset, every host's empty watts and the C floor, weighted
+    # For terms(): the constant's weighted floors, and each k * lo (offset = -their sum).
+    floors: Objectives
+    lows: Objectives
 
 
 @dataclass(frozen=True)
@@ -131,6 +135,7 @@ class PoolAnswer:
     x: tuple[float, ...]  # the last master's value per column
     lagging: frozenset[int]  # jobs whose share y is above one half there
     converged: bool
+    y: tuple[float, ...] = ()  # the last master's straggler shares, per unit
 
 
 def prepare(
@@ -183,11 +188,19 @@ def prepare(
         penalties += penalty
         for size, n in sorted(parts[job].items()):
             share = size * n / cores
-            units.append(Straggler(job, group_of[(size, True)], n, share * (k_d * cores - penalty)))
-    constant = offset + k_p * sum(h.empty_w for h in inst.hosts) + k_c * traffic_floor(inst)
-    # Every resident moved is the most M can be; what the patterns keep comes off it.
-    constant += sum(sum(sum(g) for g in keep) for keep in gains.values())
-    return PoolProblem(types, groups, tuple(units), restricted, k_p, k_d, constant + penalties)
+            cost = share * (k_d * cores - penalty)
+            units.append(Straggler(job, group_of[(size, True)], n, cost, share * penalty))
+    floors = Objectives(
+        P=k_p * sum(h.empty_w for h in inst.hosts),
+        D=0.0,
+        C=k_c * traffic_floor(inst),
+        # Every resident moved is the most M can be; what the patterns keep comes off it.
+        M=sum(sum(sum(g) for g in keep) for keep in gains.values()),
+    )
+    constant = offset + sum(floors.as_tuple()) + penalties
+    lo = limits.lo
+    lows = Objectives(k_p * lo.P, k_d * lo.D, k_c * lo.C, k_m * lo.M)
+    return PoolProblem(types, groups, tuple(units), restricted, k_p, k_d, constant, floors, lows)
 
 
 def _resident_gains(
@@ -512,6 +525,31 @@ def solve(pb: PoolProblem, deadline: float) -> PoolAnswer:
         tuple(float(v) for v in last.x),
         lagging,
         converged,
+        tuple(float(v) for v in last.y),
+    )
+
+
+def terms(pb: PoolProblem, answer: PoolAnswer) -> Objectives | None:
+    """The last master's value split into F's weighted terms, each k * (raw - lo) as the
+    evaluator weighs a placement's (they add up to ``answer.lp``), or None without a
+    master answer. At convergence that value is the bound: set beside a placement's
+    terms, this shows which objective holds the gap."""
+    if answer.lp is None:
+        return None
+    watts = kept = 0.0
+    for col, x in zip(answer.columns, answer.x, strict=True):
+        here = pb.types[col.host_type].kept(col.counts)
+        watts += x * (col.cost + here)
+        kept += x * here
+    shares = list(zip(pb.units, answer.y, strict=True))
+    lagging = sum(y * (u.cost + u.spared) for u, y in shares)
+    calm_traffic = sum((1 - y) * u.spared for u, y in shares)
+    f, lo = pb.floors, pb.lows
+    return Objectives(
+        P=f.P + watts - lo.P,
+        D=lagging - lo.D,
+        C=f.C + calm_traffic - lo.C,
+        M=f.M - kept - lo.M,
     )
 
 
