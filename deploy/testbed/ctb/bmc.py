@@ -66,7 +66,7 @@ def _sdr(name: str) -> list[int]:
     return rec
 
 
-def write_config(host: Host, initial_w: float) -> tuple[Path, Path, str]:
+def write_config(host: Host, initial_w: float, password: str = "") -> tuple[Path, Path, str]:
     """lan.conf and the .emu command file for one host; return them and the password.
 
     The watts file starts at initial_w (the host's idle watts: it is powered and its
@@ -79,7 +79,7 @@ def write_config(host: Host, initial_w: float) -> tuple[Path, Path, str]:
     if not watts.exists():
         watts.write_text(f"{round(initial_w)}\n")
     power.write_text("1\n")
-    password = secrets.token_hex(8)
+    password = password or secrets.token_hex(8)
     pw_file = d / "password"
     pw_file.write_text(password + "\n")
     pw_file.chmod(0o600)
@@ -116,8 +116,9 @@ mc_enable 0x20
     return lan, emu, password
 
 
-def start(topo: Topology, host: Host) -> Owned:
-    lan, emu, _ = write_config(host, topo.power.idle_w)
+def start(topo: Topology, host: Host, password: str = "") -> Owned:
+    """ipmi_sim for one host; ``password``: the BMC's (default: a random one of its own)."""
+    lan, emu, _ = write_config(host, topo.power.idle_w, password)
     d = lan.parent
     return spawn(
         f"ipmi_sim-{host.name}",

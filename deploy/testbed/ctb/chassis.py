@@ -84,7 +84,7 @@ def start_node(topo: Topology, name: str, host: str) -> None:
     if placement.host_of(name) != host:
         placement.hook(topo, "restored", name, host)
     (SUSPENDED / name).unlink(missing_ok=True)
-    containers.start_on(name, host)
+    containers.start_on(name, host, fresh_boot=True)
 
 
 def suspend_node(name: str) -> list[str]:
@@ -154,6 +154,6 @@ class Follower:
         for n in self._nodes(host):
             if suspended(n) or containers.state(n) == "RUNNING":
                 continue
-            containers.start_on(n, host)
+            containers.start_on(n, host, fresh_boot=True)
             started.append(n)
         self._say(f"host={host} on: started {started}")

@@ -27,6 +27,7 @@ from . import (
     paths,
     placement,
     power,
+    powersave,
     slurm,
     stack,
 )
@@ -186,8 +187,11 @@ def _build(st: State, with_stack: bool) -> dict[str, str]:
     net.build(topo, st.netns)
     st.save()
 
+    # with power saving clavisd powers hosts off and on: one BMC password for all of
+    # them, as [host_power] has one (powersave.py)
+    shared = powersave.shared_bmc_password() if st.power_save else ""
     for host in topo.hosts():
-        st.processes.append(bmc.start(topo, host))
+        st.processes.append(bmc.start(topo, host, shared))
         st.save()
     st.processes.append(
         spawn("powerd", [sys.executable, str(ENTRY), "powerd"], paths.LOG / "powerd.log")
@@ -201,7 +205,11 @@ def _build(st: State, with_stack: bool) -> dict[str, str]:
     cluster.write(topo)
     slurm.write_munge_key()
     select = slurm.install_select()
-    slurm.write_conf(topo, select)
+    extra = powersave.slurm_lines(topo) if st.power_save else []
+    if st.power_save:
+        user = slurm.ensure_slurm_user()
+        powersave.install_programs(user.pw_uid, user.pw_gid)
+    slurm.write_conf(topo, select, extra)
     _say(slurm.select_line(select))
     containers.write_shared_files(topo)
     containers.write_criu_conf()
@@ -267,7 +275,12 @@ def cmd_up(args: argparse.Namespace) -> int:
     topo.cpusets(containers.machine_cpus())  # a TopologyError (exit 2) before building
     st = load()
     # a testbed that ran the stack gets it back when it is repaired
-    with_stack = bool(args.stack) or (st is not None and stack.running(st))
+    # a repaired testbed keeps its power saving, as it keeps its stack
+    power_save = bool(args.power_save) or (st is not None and st.power_save)
+    with_stack = power_save or bool(args.stack) or (st is not None and stack.running(st))
+    if st is not None and args.power_save and not st.power_save:
+        _say("a testbed without power saving is up; run `clavis-testbed down` first")
+        return EXIT_BAD_INPUT
     if st is not None:
         if st.topology != topo:
             if not problems(st):
@@ -291,7 +304,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     if foreign:
         _say(f"network namespaces {', '.join(foreign)} exist but no state records them")
         return 1
-    st = State(topology=topo, pivot_existed=bool(_pivots()))
+    st = State(topology=topo, pivot_existed=bool(_pivots()), power_save=power_save)
     st.save()
     try:
         passwords = _build(st, with_stack)
@@ -654,6 +667,11 @@ def parser() -> argparse.ArgumentParser:
         "--stack",
         action="store_true",
         help="also run the Clavis stack: clavisd, a monitor per host, the Slurm plugins",
+    )
+    up.add_argument(
+        "--power-save",
+        action="store_true",
+        help="with the stack: Slurm's power saving and clavisd's host power (issue 17)",
     )
     up.set_defaults(func=cmd_up)
     sub.add_parser("down", help="remove everything up created").set_defaults(func=cmd_down)

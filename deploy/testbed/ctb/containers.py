@@ -160,14 +160,20 @@ def start(c: Container) -> None:
     start_on(c.name, c.host)
 
 
-def start_on(name: str, host: str) -> None:
+def start_on(name: str, host: str, fresh_boot: bool = False) -> None:
     """Start a container in ``host``'s netns: every host's bridge is br0, so the same
-    config serves any host (a node Slurm resumes elsewhere, chassis.py)."""
+    config serves any host (a node Slurm resumes elsewhere, chassis.py).
+
+    ``fresh_boot``: in a time namespace whose boot clock starts now, so the node's uptime
+    (slurmd's boot time) says it has just booted. slurmctld waits for a node it resumed
+    until the node's boot time is after the resume (node_mgr.c, waiting_for_node_boot):
+    with the machine's uptime a resumed node would never count as booted."""
     log = paths.LOG / f"lxc-{name}.log"
-    run(
-        in_netns_with_sysfs(f"ctb-{host}", _lxc("lxc-start", name, "-l", "INFO", "-o", str(log))),
-        timeout=60,
-    )
+    argv = _lxc("lxc-start", name, "-l", "INFO", "-o", str(log))
+    if fresh_boot:
+        up_s = float(Path("/proc/uptime").read_text().split()[0])
+        argv += ["-s", f"lxc.time.offset.boot=-{max(0, int(up_s) - 1)}s"]
+    run(in_netns_with_sysfs(f"ctb-{host}", argv), timeout=60)
 
 
 def init_pid(name: str) -> int | None:

@@ -125,7 +125,8 @@ def select_note(select: str) -> str | None:
     return None
 
 
-def write_conf(topo: Topology, select: str = CONS_TRES) -> None:
+def write_conf(topo: Topology, select: str = CONS_TRES, extra: list[str] | None = None) -> None:
+    """slurm.conf (and cgroup.conf); ``extra``: more lines (power saving, powersave.py)."""
     # slurmctld checks that it runs on SlurmctldHost by comparing with gethostname();
     # the core netns shares the machine's UTS namespace.
     me = socket.gethostname().split(".")[0]
@@ -186,6 +187,7 @@ def write_conf(topo: Topology, select: str = CONS_TRES) -> None:
             "SlurmctldDebug=verbose",
             "DebugFlags=SelectType",
         ]
+    lines += extra or []
     for c in topo.containers():
         lines.append(
             f"NodeName={c.name} NodeAddr={c.ip} CPUs={topo.cpus_per_container} "

@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import agents, cluster, misses, paths, placement
+from . import agents, cluster, misses, paths, placement, powersave, slurm
 from .proc import CommandError, Owned, in_netns, run, spawn, stop_all
 from .state import State
 from .topology import Container, Topology
@@ -170,15 +170,28 @@ def _write_private(path: Path, text: str) -> None:
         f.write(text)
 
 
-def write_clavisd_files(topo: Topology) -> dict[str, str]:
+def write_clavisd_files(topo: Topology, power_save: bool = False) -> dict[str, str]:
     """clavisd's directory, agent keys, cluster document and config; return the generated
-    UI passwords by role (only their scrypt hashes are kept, in the config)."""
+    UI passwords by role (only their scrypt hashes are kept, in the config). With
+    ``power_save``, also host power, Slurm power saving and the programs' key
+    (powersave.py)."""
     CLAVIS_DIR.mkdir(parents=True, exist_ok=True)
     group = ADVICE_GROUP if _group_exists(ADVICE_GROUP) else ""
     # slurmctld must traverse it to the advice; the store and config stay root's
     os.chown(CLAVIS_DIR, 0, grp.getgrnam(group).gr_gid if group else 0)
     CLAVIS_DIR.chmod(0o750)
-    write_agent_keys(topo)
+    power = ""
+    if power_save:
+        entry = powersave.key_entry()
+        write_agent_keys(topo, extra=entry)
+        powersave.write_program_files(topo, url(topo), entry, slurm.ensure_slurm_user().pw_uid)
+        # every BMC has the same password with power saving (cli.py, _build)
+        first = topo.hosts()[0].name
+        password = (paths.BMC / first / "password").read_text().strip()
+        node_command = [str(paths.HERE / "clavis-testbed"), "node-power"]
+        power = powersave.clavisd_toml(topo, password, node_command)
+    else:
+        write_agent_keys(topo)
     if not CLUSTER_DOC.exists():  # up writes it; a testbed from before that did not
         cluster.write(topo)
     passwords = {role: secrets.token_urlsafe(12) for role in ("admin", "viewer")}
@@ -204,7 +217,8 @@ def write_clavisd_files(topo: Topology) -> dict[str, str]:
         f"poll_s = 0.5\n"
         f"{agents.addresses_toml(topo)}"
         f"[advice]\npath = {_toml_str(str(advice_path()))}\nvalid_s = 60\n"
-        f"mode = {_toml_str(ADVICE_MODE)}\ngroup = {_toml_str(group)}\n",
+        f"mode = {_toml_str(ADVICE_MODE)}\ngroup = {_toml_str(group)}\n"
+        f"{power}",
     )
     return passwords
 
@@ -216,11 +230,11 @@ def _key_entry(key_id: str, who: str) -> str:
     )
 
 
-def write_agent_keys(topo: Topology) -> None:
+def write_agent_keys(topo: Topology, extra: str = "") -> None:
     """A fresh key per host (in clavisd's list and in that host's own file) and an admin
-    key for the demo's signed reads (clavis_contracts.keys)."""
+    key for the demo's signed reads (clavis_contracts.keys); ``extra``: more entries."""
     HOST_KEYS.mkdir(mode=0o700, exist_ok=True)
-    entries = [_key_entry("admin-1", "")]
+    entries = [_key_entry("admin-1", ""), *([extra] if extra else [])]
     for h in topo.hosts():
         entry = _key_entry(f"{h.name}-1", h.name)
         _write_private(HOST_KEYS / f"{h.name}.toml", entry)
@@ -357,7 +371,7 @@ def start(st: State, bmcs: dict[str, dict[str, Any]]) -> dict[str, str]:
     """Start clavisd and the monitors, write plugstack.conf; record every daemon in the
     state as it starts. Returns the UI passwords, to be shown once."""
     topo = st.topology
-    passwords = write_clavisd_files(topo)
+    passwords = write_clavisd_files(topo, st.power_save)
     write_monitor_topology(topo)
     # clavisd, the monitors and the agents start side by side (the monitors spool and
     # retry until clavisd answers); then one bounded wait for clavisd, one for reports

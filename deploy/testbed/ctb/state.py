@@ -33,6 +33,8 @@ class State:
     up_seconds: float = 0.0
     # whether LXC's helper cgroup lxc.pivot existed before our first start
     pivot_existed: bool = True
+    # `up --power-save`: Slurm's power saving and clavisd's host power (powersave.py)
+    power_save: bool = False
 
     def save(self) -> None:
         paths.RUN.mkdir(parents=True, exist_ok=True)
@@ -46,6 +48,7 @@ class State:
             "criu": self.criu,
             "up_seconds": self.up_seconds,
             "pivot_existed": self.pivot_existed,
+            "power_save": self.power_save,
         }
         tmp = paths.STATE.with_name("state.json.tmp")
         tmp.write_text(json.dumps(data, indent=1) + "\n")
@@ -71,6 +74,7 @@ def load() -> State | None:
             criu=str(data.get("criu", "")),
             up_seconds=float(data.get("up_seconds", 0.0)),
             pivot_existed=bool(data.get("pivot_existed", True)),
+            power_save=bool(data.get("power_save", False)),
         )
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise StateError(f"{paths.STATE}: unreadable state ({exc})") from exc

@@ -1,0 +1,1 @@
+../../contracts/clavis_contracts/signing.py
