@@ -73,3 +73,22 @@ def test_acceptance_reads_the_runs(bench: ModuleType) -> None:
     assert "within 1% of the best known F in 10 s: 0/1, **not met**" in text
     # A refusal at once honours the limit; a run killed past it does not.
     assert "4/5 runs, **not met**: plain 60 s" in text
+
+
+def test_gap_by_term_reads_the_best_answer_against_the_bound_split(bench: ModuleType) -> None:
+    split = {"realistic-1024-4096-s1-nocur": {"P": 0.1, "D": 0.1, "C": 0.01, "M": 0.0}}
+    runs = [
+        _run(bench, "cpsat", 10, 0.30, terms={"P": 0.12, "D": 0.08, "C": 0.10, "M": 0.0}),
+        _run(bench, "cpsat", 60, 0.25, terms={"P": 0.11, "D": 0.09, "C": 0.05, "M": 0.0}),
+    ]
+    lines = bench.gap_by_term(runs, split)
+    row = next(line for line in lines if line.startswith("| realistic-"))
+    # The best answer (60 s, F 0.25) against the bound 0.21: a gap of 0.04, of which
+    # P holds 0.01, D -0.01 (below the bound's term) and C 0.04.
+    assert "| 60 | 0.210 / 0.250 |" in row
+    assert row.endswith("| 25% / -25% / 100% / 0% |")
+    # The C-alone runs: a floor gap of w_C * (C alone - floor) / F with w_C = 1/3.
+    alone = [_run(bench, "cpsat", 60, 0.10, bound=0.06, weights=[0, 0, 1])]
+    c_lines = bench.c_alone_lines(runs, alone, split)
+    c_row = next(line for line in c_lines if line.startswith("| realistic-"))
+    assert "| 0.100 | 0.060 | 40% | 0.33 | 5.3% |" in c_row
