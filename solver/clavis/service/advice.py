@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Final, Literal
 
 from clavis.documents import InputError, write_json_atomic
 from clavis.instance import build_instance
 from clavis.objectives import contended_hosts
+from clavis.service.rows import AppClassRow
 from clavis.service.snapshot import Snapshot
 from clavis_contracts import AdviceApp, AdviceFile, AdviceNode
 from clavis_contracts.advice import MAX_APPS, Contention
@@ -38,9 +39,7 @@ ADVICE_APPS_BYTES: Final = 1_500_000
 _ENTRY_BYTES: Final = len(json.dumps({"app": "", "app_class": "turtle", "jobs_seen": 10**11})) + 2
 
 
-def applications(
-    rows: Iterable[Mapping[str, Any]], budget: int = ADVICE_APPS_BYTES
-) -> list[AdviceApp]:
+def applications(rows: Iterable[AppClassRow], budget: int = ADVICE_APPS_BYTES) -> list[AdviceApp]:
     """The advice's applications from ``app_classes`` rows given newest first: keys that
     are application keys, with a class, while they fit in ``budget`` bytes of JSON (and
     the contract's MAX_APPS)."""
@@ -48,13 +47,13 @@ def applications(
     for r in rows:
         if len(out) == MAX_APPS:
             break
-        if r["klass"] in ("devil", "turtle") and is_app_key(r["app"]):
+        if r.klass in ("devil", "turtle") and is_app_key(r.app):
             # as written: json.dumps escapes every non-ASCII character
-            budget -= _ENTRY_BYTES + len(json.dumps(r["app"]))
+            budget -= _ENTRY_BYTES + len(json.dumps(r.app))
             if budget < 0:
                 break
-            out.append(AdviceApp(app=r["app"], app_class=r["klass"],
-                                 jobs_seen=max(1, int(r["jobs_seen"]))))  # fmt: skip
+            out.append(AdviceApp(app=r.app, app_class="devil" if r.klass == "devil" else "turtle",
+                                 jobs_seen=max(1, r.jobs_seen)))  # fmt: skip
     return out
 
 

@@ -18,6 +18,7 @@ from typing import Any
 from clavis.documents import load_cluster
 from clavis.model import Cluster
 from clavis.service import advice, snapshot
+from clavis.service.classify import Thresholds
 from clavis.service.config import ClassifyConfig
 from clavis.service.gcpolicy import long_lived_heap
 from clavis.service.store import Store
@@ -29,7 +30,7 @@ def build_document(store: Store, cluster: Cluster, now: float, *, fresh_s: float
     snap = snapshot.take(
         cluster, hosts=store.hosts(), containers=store.containers(),
         power_models=store.power_models(), now=now, fresh_s=fresh_s,
-        threshold_mpki=classify.devil_threshold_mpki, host_thresholds=classify.host_thresholds,
+        thresholds=Thresholds(classify.devil_threshold_mpki, classify.host_thresholds),
     )  # fmt: skip
     apps = advice.applications(store.app_class_rows())
     return advice.build(snap, now, valid_s, apps).model_dump(mode="json")

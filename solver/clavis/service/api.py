@@ -11,6 +11,7 @@ import secrets
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path, Request
@@ -186,36 +187,34 @@ def logout(request: Request) -> Response:
 
 @router.get("/hosts", response_model=list[s.HostOut], responses=_AUTH_ERRORS)
 def hosts(request: Request, _: Viewer) -> list[s.HostOut]:
-    return [s.HostOut(**h) for h in _d(request).store.hosts()]
+    return [s.HostOut(**asdict(h)) for h in _d(request).store.hosts()]
 
 
 @router.get("/containers", response_model=list[s.ContainerOut], responses=_AUTH_ERRORS)
 def containers(request: Request, _: Viewer) -> list[s.ContainerOut]:
     d = _d(request)
-    default = d.config.classify.devil_threshold_mpki
     out = []
     for c in d.store.containers():
-        threshold = d.thresholds.get(c["host"], default)
-        shown, source = effective(c["klass"], c["class_source"], c["class_hint"],
-                                  c["intensity_mpki"], threshold)  # fmt: skip
-        out.append(s.ContainerOut(**c, effective_class=shown, effective_source=source))
+        shown, source = effective(c.klass, c.class_source, c.class_hint, c.intensity_mpki,
+                                  d.thresholds.of(c.host))  # fmt: skip
+        out.append(s.ContainerOut(**asdict(c), effective_class=shown, effective_source=source))
     return out
 
 
 @router.get("/jobs", response_model=list[s.JobOut], responses=_AUTH_ERRORS)
 def jobs(request: Request, _: Viewer) -> list[s.JobOut]:
-    return [s.JobOut(**j) for j in _d(request).store.jobs()]
+    return [s.JobOut(**asdict(j)) for j in _d(request).store.jobs()]
 
 
 @router.get("/power-models", response_model=list[s.PowerModelOut], responses=_AUTH_ERRORS)
 def power_models(request: Request, _: Viewer) -> list[s.PowerModelOut]:
-    return [s.PowerModelOut(**m) for m in _d(request).store.power_models().values()]
+    return [s.PowerModelOut(**asdict(m)) for m in _d(request).store.power_models().values()]
 
 
 @router.post("/power-models/fit", response_model=s.PowerFitOut, responses=_AUTH_ERRORS)
 def fit_power_models(request: Request, _: Admin) -> s.PowerFitOut:
     fitted, refused = _d(request).fit_power_models(time.time())
-    return s.PowerFitOut(fitted=[s.PowerModelOut(**m) for m in fitted], refused=refused)
+    return s.PowerFitOut(fitted=[s.PowerModelOut(**asdict(m)) for m in fitted], refused=refused)
 
 
 @router.get("/weights", response_model=s.WeightsOut, responses=_AUTH_ERRORS)
@@ -252,11 +251,7 @@ def plan_out(d: Clavisd, plan_id: int) -> s.PlanOut:
     p = d.store.plan(plan_id)
     if p is None:
         raise HTTPException(404, f"no plan {plan_id}")
-    steps = [s.StepOut(**{k: v for k, v in vars(st).items() if k != "plan"})
-             for st in d.store.steps(plan_id)]  # fmt: skip
-    # Plans stored before deferred moves were described kept only their containers' names.
-    deferred = [s.DeferredMove(**m) for m in p.summary.get("deferred", []) if isinstance(m, dict)]
-    return s.PlanOut(**vars(p), steps=steps, deferred=deferred)
+    return s.plan_out(p, d.store.steps(plan_id))
 
 
 @router.get("/plans", response_model=list[s.PlanOut], responses=_AUTH_ERRORS)

@@ -34,7 +34,8 @@ from clavis_contracts.signing import (
 
 if TYPE_CHECKING:
     from clavis.service.config import User
-    from clavis.service.store import Session, Store
+    from clavis.service.rows import Session
+    from clavis.service.store import Store
 
 log = logging.getLogger("clavisd.auth")
 Role = Literal["admin", "viewer"]

@@ -90,8 +90,8 @@ def planned_moves(store: Store) -> Callable[[str, str, str], bool]:
 
     def moving(container: str, source: str, target: str) -> bool:
         return any(
-            st.container == container and st.source == source and st.target == target
-            and st.state in _UNDER_WAY
+            st.step.move.container == container and st.step.move.source == source
+            and st.step.move.target == target and st.state in _UNDER_WAY
             for p in store.plans(["running"])
             for st in store.steps(p.id)
         )  # fmt: skip

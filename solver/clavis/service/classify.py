@@ -111,3 +111,20 @@ def threshold_for(host: str, default: float, by_prefix: Mapping[str, float]) -> 
     host-name prefix; the longest matching prefix wins."""
     best = max((p for p in by_prefix if host.startswith(p)), key=len, default=None)
     return default if best is None else by_prefix[best]
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Every host's devil threshold (``classify.devil_threshold_mpki`` and
+    ``classify.host_thresholds``): the one lookup ingest, repacking, the advice and the
+    API use."""
+
+    default: float
+    by_prefix: Mapping[str, float]
+
+    def of(self, host: str) -> float:
+        return threshold_for(host, self.default, self.by_prefix)
+
+    def vote(self, host: str, intensity_mpki: float | None) -> Klass | None:
+        """What one sample of a container on ``host`` votes (None: no counters)."""
+        return vote(intensity_mpki, self.of(host))

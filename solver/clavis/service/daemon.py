@@ -28,10 +28,10 @@ from clavis.objectives import Weights
 from clavis.service import advice, maintenance, replay, snapshot
 from clavis.service.advice_worker import AdviceWorker, build_document
 from clavis.service.agents import MigratorClient
-from clavis.service.api import plan_out, serve
+from clavis.service.api import serve
 from clavis.service.auth import AgentAuth, SecretFileError, hash_password
 from clavis.service.claims import ContainerClaims, planned_moves
-from clavis.service.classify import threshold_for
+from clavis.service.classify import Thresholds
 from clavis.service.config import DEFAULT_PATH, Config, ConfigError, load_config
 from clavis.service.gcpolicy import long_lived_heap
 from clavis.service.hostpower import HostPower, containers_per_host
@@ -41,12 +41,13 @@ from clavis.service.maintenance import Task
 from clavis.service.pausepoints import pause_point
 from clavis.service.power import FitError, fit
 from clavis.service.repack import Decision, Executor, decide
+from clavis.service.rows import PowerModelRow
 from clavis.service.schemas import (
-    DeferredMove,
-    PlanOut,
     ProposedPlan,
-    ProposedStep,
     RepackOut,
+    deferred_move,
+    plan_out,
+    proposed_step,
 )
 from clavis.service.snapshot import Snapshot
 from clavis.service.store import Store, StoreError
@@ -68,15 +69,14 @@ class Clavisd:
         self.host_names = {h.name for h in self.cluster.hosts}
         self.host_cores = {h.name: h.cores for h in self.cluster.hosts}
         c = config.classify
-        self.thresholds = {h: threshold_for(h, c.devil_threshold_mpki, c.host_thresholds)
-                           for h in self.host_names}  # fmt: skip
+        self.thresholds = Thresholds(c.devil_threshold_mpki, c.host_thresholds)
         self.store = Store(config.store.url, self.started)
         self.store.sync_hosts(self.cluster)
         self.schema_versions = sorted(v for v, _, _ in MIGRATIONS)
         self.auth = AgentAuth(config.security.agent_keys_file, config.security.max_skew_s,
                               self.store, self.started)  # fmt: skip
         self.last_report: dict[str, float] = self.store.last_reports()
-        self.claims = ContainerClaims(((c["name"], c["host"]) for c in self.store.containers()),
+        self.claims = ContainerClaims(((c.name, c.host) for c in self.store.containers()),
                                       config.ingest.max_report_age_s)  # fmt: skip
         self.moving = planned_moves(self.store)
         ing = config.ingest
@@ -183,8 +183,7 @@ class Clavisd:
             power_models=self.store.power_models(),
             now=now,
             fresh_s=self.config.ingest.max_report_age_s,
-            threshold_mpki=self.config.classify.devil_threshold_mpki,
-            host_thresholds=self.config.classify.host_thresholds,
+            thresholds=self.thresholds,
             not_on=self.host_power.not_on() if self.host_power is not None else frozenset(),
         )
 
@@ -195,14 +194,14 @@ class Clavisd:
         process's interpreter at 1000 hosts: too much to repeat every few seconds."""
         now = time.time()
         cfg = self.config
-        default, by_host = cfg.classify.devil_threshold_mpki, self.thresholds
         fresh_s = cfg.ingest.max_report_age_s
         quiet = frozenset(h for h in self.host_names
                           if now - self.last_report.get(h, -1e18) > fresh_s)  # fmt: skip
         inputs = (quiet, self.store.app_classes_version(), tuple(
-            # row: name, host, job, cores, memory, class, hint, intensity (None: unknown)
-            (*row[:7], None if row[7] is None else row[7] >= by_host.get(row[1], default))
-            for row in self.store.placement_inputs()
+            # a container's intensity matters here only by the vote it casts
+            (r.name, r.host, r.job, r.cores, r.memory_bytes, r.klass, r.class_hint,
+             self.thresholds.vote(r.host, r.intensity_mpki))
+            for r in self.store.placement_inputs()
         ))  # fmt: skip
         if self._advice is None or self._advice[0] != inputs:
             worker = self._advice_worker
@@ -235,7 +234,7 @@ class Clavisd:
             return Weights(w.P, w.D, w.C, w.M), "calibrated", row[0]
         return Weights(*self.config.repack.default_weights), "configured", None
 
-    def fit_power_models(self, now: float) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    def fit_power_models(self, now: float) -> tuple[list[PowerModelRow], dict[str, str]]:
         fitted, refused = [], {}
         since = now - self.config.retention.keep_s
         for h in self.cluster.hosts:
@@ -266,12 +265,8 @@ class Clavisd:
                 return RepackOut(decision=d.decision, f_current=d.f_current,
                                  f_target=d.f_target, message=d.message, plan=None,
                                  proposal=None)  # fmt: skip
-            steps = [{"idx": s.index, "wave": s.wave, "container": s.move.container,
-                      "source": s.move.source, "target": s.move.target, "cores": s.move.cores,
-                      "memory_bytes": s.move.memory_bytes} for s in d.plan.steps]  # fmt: skip
-            deferred = [DeferredMove(container=m.container, source=m.source, target=m.target,
-                                     cores=m.cores, memory_bytes=m.memory_bytes)
-                        for m in d.plan.deferred]  # fmt: skip
+            steps = d.plan.steps
+            deferred = [deferred_move(m) for m in d.plan.deferred]
             f_current, f_target = d.f_current or 0.0, d.f_target or 0.0
             f_solver = d.f_solver if d.f_solver is not None else f_target
             summary = {"message": d.message, "contended": list(d.contended),
@@ -290,7 +285,7 @@ class Clavisd:
                 shown = {**summary, "replay": json.loads(replay.encode(record))}
                 proposal = ProposedPlan(f_current=f_current, f_target=f_target,
                                         f_solver=f_solver, summary=shown,
-                                        steps=[ProposedStep(**s) for s in steps],
+                                        steps=[proposed_step(s) for s in steps],
                                         deferred=deferred)  # fmt: skip
                 note = "" if d.decision == "deferred" else "; dry run: nothing stored"
                 return RepackOut(decision=d.decision, f_current=d.f_current,
@@ -312,8 +307,9 @@ class Clavisd:
                 self.store.set_plan(plan_id, "failed", f"not started: {exc!r}", time.time())
                 raise
             p = self.store.plan(plan_id)
-            message = (p.message or d.message) if p else d.message
-            out: PlanOut = plan_out(self, plan_id)
+            assert p is not None  # stored above, and plans are never deleted
+            out = plan_out(p, self.store.steps(plan_id))
+            message = p.message or d.message
             return RepackOut(decision="planned", f_current=d.f_current, f_target=d.f_target,
                              message=message, plan=out, proposal=None)  # fmt: skip
         finally:

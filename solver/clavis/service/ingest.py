@@ -29,10 +29,10 @@ from clavis.service.classify import (
     ClassState,
     Hysteresis,
     Klass,
+    Thresholds,
     job_class,
     observe,
     remembered,
-    threshold_for,
     vote,
 )
 from clavis.service.config import ClassifyConfig
@@ -99,14 +99,14 @@ class ClassBook:
     def load(store: Store) -> ClassBook:
         book = ClassBook()
         for c in store.containers():
-            book.containers[c["name"]] = ClassState(c["klass"], c["class_source"], c["votes"])
-            book.set_job(c["name"], c["job"])
-            book.place(c["name"], c["host"], c["updated"])
-            if c["job"] is not None and c["class_hint"] is not None:
-                book.job_hints[c["job"]] = c["class_hint"]
+            book.containers[c.name] = ClassState(c.klass, c.class_source, c.votes)
+            book.set_job(c.name, c.job)
+            book.place(c.name, c.host, c.updated)
+            if c.job is not None and c.class_hint is not None:
+                book.job_hints[c.job] = c.class_hint
         for j in store.jobs():
-            book.jobs[j["name"]] = j["klass"]
-            book.job_apps[j["name"]] = j["app"]
+            book.jobs[j.name] = j.klass
+            book.job_apps[j.name] = j.app
         book.apps = {a: k for a, k in store.app_classes().items() if k in ("devil", "turtle")}  # type: ignore[misc]
         return book
 
@@ -151,6 +151,7 @@ def stage(batch: list[Accepted], book: ClassBook, cfg: ClassifyConfig) -> _Stage
     """Rows and class changes for a batch (pure with respect to the store). Numbers go
     through float()/int() as the contract's validation would have made them."""
     rule = Hysteresis(cfg.window, cfg.votes)
+    thresholds = Thresholds(cfg.devil_threshold_mpki, cfg.host_thresholds)
     out = _Staged()
     out.nonces = [(a.signed.nonce, a.signed.timestamp) for a in batch if a.signed is not None]
     latest: dict[str, tuple[float, set[str]]] = {}  # host -> its newest report's time, names
@@ -163,7 +164,7 @@ def stage(batch: list[Accepted], book: ClassBook, cfg: ClassifyConfig) -> _Stage
         watts = None if watts is None else float(watts)
         out.host_samples.append((host, ts, interval, busy, watts, r["power"]["source"]))
         out.hosts.append((host, ts, busy, watts))
-        threshold = threshold_for(host, cfg.devil_threshold_mpki, cfg.host_thresholds)
+        threshold = thresholds.of(host)
         for c in r.get("containers", ()):
             name, job = c["name"], c.get("job")
             mpki = c["intensity_mpki"]

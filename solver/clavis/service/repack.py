@@ -26,7 +26,7 @@ from clavis.placement.result import PlacementResult
 from clavis.service.agents import AgentProtocolError, AgentUnavailableError, MigratorClient
 from clavis.service.config import RepackConfig
 from clavis.service.pausepoints import pause_point
-from clavis.service.plan import Move, Plan, moves_between, order, peak_loads
+from clavis.service.plan import Move, Plan, Step, moves_between, order, peak_loads
 from clavis.service.snapshot import Snapshot
 from clavis.service.store import Store
 from clavis_contracts import TERMINAL_STATES, MigrationStep
@@ -201,7 +201,7 @@ class Executor:
     def _advance(self, plan_id: int) -> bool:
         """One pass: poll in-flight steps, dispatch the current wave. True when finished."""
         steps = self.store.steps(plan_id)
-        open_waves = sorted({s.wave for s in steps if s.state not in TERMINAL_STATES})
+        open_waves = sorted({s.step.wave for s in steps if s.state not in TERMINAL_STATES})
         if any(s.state in ("failed", "rolled_back") for s in steps):
             self.store.set_plan(plan_id, "failed", "a step failed; its container stayed on its "
                                 "source; later steps not run", time.time())  # fmt: skip
@@ -215,42 +215,49 @@ class Executor:
         plan = self.store.plan(plan_id)
         if plan is not None and plan.state == "pending":
             self.store.set_plan(plan_id, "running", "", time.time())
-        where = {c["name"]: c["host"] for c in self.store.containers()}
-        for s in (s for s in steps if s.wave == open_waves[0]):
+        where = {c.name: c.host for c in self.store.containers()}
+        for stored in (st for st in steps if st.step.wave == open_waves[0]):
             now = time.time()
-            if s.state in TERMINAL_STATES:
+            s, m = stored.step, stored.step.move
+            if stored.state in TERMINAL_STATES:
                 continue
-            if s.state == "pending" and where.get(s.container) == s.target:
-                self.store.set_step(plan_id, s.idx, "done", "container already on target", now)
+            if stored.state == "pending" and where.get(m.container) == m.target:
+                self.store.set_step(plan_id, s.index, "done", "container already on target", now)
                 continue
-            step = MigrationStep(
-                step_id=f"{plan_id}:{s.idx}", plan=plan_id, index=s.idx, wave=s.wave,
-                container=s.container, source=s.source, target=s.target,
-                target_address=self.client.address(s.target), memory_bytes=s.memory_bytes,
-                cores=s.cores, deadline_s=self.cfg.step_deadline_s,
-            )  # fmt: skip
-            if s.state == "pending":
+            step = self.migration_step(plan_id, s)
+            if stored.state == "pending":
                 # Record the dispatch before sending: after a crash the step is re-sent
                 # with the same id, never forgotten.
                 self.store.set_step(
-                    plan_id, s.idx, "dispatched", "sent to agent", now, dispatched=True
+                    plan_id, s.index, "dispatched", "sent to agent", now, dispatched=True
                 )
                 pause_point("step-dispatched")
             try:
-                if s.state in ("pending", "dispatched"):
+                if stored.state in ("pending", "dispatched"):
                     status = self.client.send(step)
                 else:
-                    status = self.client.status(s.source, step.step_id)
+                    status = self.client.status(m.source, step.step_id)
             except AgentUnavailableError:
-                if s.state == "pending":
-                    self.store.set_step(plan_id, s.idx, "pending", "agent unavailable", time.time())
+                if stored.state == "pending":
+                    self.store.set_step(plan_id, s.index, "pending", "agent unavailable",
+                                        time.time())  # fmt: skip
                 raise
             except AgentProtocolError as exc:
-                self.store.set_step(plan_id, s.idx, "failed", str(exc), time.time())
+                self.store.set_step(plan_id, s.index, "failed", str(exc), time.time())
                 continue
-            if status.state != s.state:
-                self.store.set_step(plan_id, s.idx, status.state, status.message, time.time())
+            if status.state != stored.state:
+                self.store.set_step(plan_id, s.index, status.state, status.message, time.time())
         return False
+
+    def migration_step(self, plan_id: int, s: Step) -> MigrationStep:
+        """A plan's step as the agents' contract carries it (the one place it is made)."""
+        m = s.move
+        return MigrationStep(
+            step_id=f"{plan_id}:{s.index}", plan=plan_id, index=s.index, wave=s.wave,
+            container=m.container, source=m.source, target=m.target,
+            target_address=self.client.address(m.target), memory_bytes=m.memory_bytes,
+            cores=m.cores, deadline_s=self.cfg.step_deadline_s,
+        )  # fmt: skip
 
     def resume(self) -> list[int]:
         """After a restart: continue every plan that was running."""

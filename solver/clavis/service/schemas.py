@@ -1,10 +1,16 @@
-"""Response and request bodies of the REST API (what the OpenAPI document describes)."""
+"""Response and request bodies of the REST API (what the OpenAPI document describes),
+and the one place each of the planner's and the store's types becomes its API form."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import asdict
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from clavis.service.plan import Move, Step
+from clavis.service.rows import PlanRow, StoredStep
 
 
 class _Out(BaseModel):
@@ -188,3 +194,27 @@ class WeightsOut(_Out):
     C: float
     M: float
     source: Literal["calibrated", "configured"]
+
+
+# --- the planner's and the store's types in their API form ------------------------------
+
+
+def proposed_step(s: Step) -> ProposedStep:
+    m = s.move
+    return ProposedStep(idx=s.index, wave=s.wave, container=m.container, source=m.source,
+                        target=m.target, cores=m.cores, memory_bytes=m.memory_bytes)  # fmt: skip
+
+
+def deferred_move(m: Move) -> DeferredMove:
+    return DeferredMove(**asdict(m))
+
+
+def step_out(s: StoredStep) -> StepOut:
+    return StepOut(**proposed_step(s.step).model_dump(), state=s.state,
+                   dispatches=s.dispatches, message=s.message, updated=s.updated)  # fmt: skip
+
+
+def plan_out(p: PlanRow, steps: Sequence[StoredStep]) -> PlanOut:
+    # Plans stored before deferred moves were described kept only their containers' names.
+    deferred = [DeferredMove(**m) for m in p.summary.get("deferred", []) if isinstance(m, dict)]
+    return PlanOut(**asdict(p), steps=[step_out(st) for st in steps], deferred=deferred)

@@ -20,10 +20,10 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from clavis.model import Cluster, Container, Flow, Host, Job, Placement, PowerModel, Workload
-from clavis.service.classify import effective, threshold_for
+from clavis.service.classify import Thresholds, effective
+from clavis.service.rows import ContainerRow, HostRow, PowerModelRow
 
 
 @dataclass(frozen=True)
@@ -34,29 +34,28 @@ class Snapshot:
     unknown: frozenset[str] = frozenset()  # containers of unknown class (placed as turtles)
 
 
-def _power(host: Host, model: dict[str, Any] | None) -> PowerModel:
+def _power(host: Host, model: PowerModelRow | None) -> PowerModel:
     if model is None:
         return host.power
-    idle = max(model["idle_w"], 0.0)
-    peak = max(idle + model["slope_w"] * host.cores, idle)
+    idle = max(model.idle_w, 0.0)
+    peak = max(idle + model.slope_w * host.cores, idle)
     return PowerModel(idle_w=idle, peak_w=peak, off_w=min(host.power.off_w, idle))
 
 
 def take(
     cluster: Cluster,
     *,
-    hosts: list[dict[str, Any]],
-    containers: list[dict[str, Any]],
-    power_models: dict[str, dict[str, Any]],
+    hosts: list[HostRow],
+    containers: list[ContainerRow],
+    power_models: Mapping[str, PowerModelRow],
     now: float,
     fresh_s: float,
-    threshold_mpki: float,
-    host_thresholds: Mapping[str, float],
+    thresholds: Thresholds,
     not_on: frozenset[str] = frozenset(),
 ) -> Snapshot:
     """``not_on``: hosts host power (hostpower.py) does not know to be on (off, unknown,
     switching); they drain like quiet hosts, so no move targets a host that is off."""
-    last = {h["name"]: h["last_report"] for h in hosts}
+    last = {h.name: h.last_report for h in hosts}
     new_hosts = []
     for h in cluster.hosts:
         seen = last.get(h.name)
@@ -67,36 +66,35 @@ def take(
                                               "state": state}))  # fmt: skip
     snap_cluster = cluster.model_copy(update={"hosts": new_hosts})
     known = {h.name for h in cluster.hosts}
-    present = [c for c in containers if c["host"] in known]
-    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    present = [c for c in containers if c.host in known]
+    groups: dict[str, list[ContainerRow]] = defaultdict(list)
     for c in present:
-        groups[c["job"] or f"node-{c['name']}"].append(c)
+        groups[c.job or f"node-{c.name}"].append(c)
     shown = {
-        c["name"]: effective(c["klass"], c["class_source"], c.get("class_hint"),
-                             c["intensity_mpki"],
-                             threshold_for(c["host"], threshold_mpki, host_thresholds))[0]
+        c.name: effective(c.klass, c.class_source, c.class_hint, c.intensity_mpki,
+                          thresholds.of(c.host))[0]
         for c in present
     }  # fmt: skip
     jobs = []
     for name, members in sorted(groups.items()):
-        names = {c["name"] for c in members}
+        names = {c.name for c in members}
         flows = [
-            Flow(src=c["name"], dst=peer, bytes_per_s=bps)
+            Flow(src=c.name, dst=peer, bytes_per_s=bps)
             for c in members
-            for peer, bps in sorted(c["traffic"].items())
+            for peer, bps in sorted(c.traffic.items())
             if peer in names and bps > 0
         ]
         jobs.append(Job(name=name, traffic=flows, containers=[
-            Container(name=c["name"], cores=c["cores"], memory_bytes=c["memory_bytes"],
-                      intensity_mpki=c["intensity_mpki"] or 0.0,
-                      klass="devil" if shown[c["name"]] == "devil" else "turtle")
+            Container(name=c.name, cores=c.cores, memory_bytes=c.memory_bytes,
+                      intensity_mpki=c.intensity_mpki or 0.0,
+                      klass="devil" if shown[c.name] == "devil" else "turtle")
             for c in members
         ]))  # fmt: skip
-    workload = Workload(devil_threshold_mpki=threshold_mpki, jobs=jobs) if jobs else None
+    workload = Workload(devil_threshold_mpki=thresholds.default, jobs=jobs) if jobs else None
     return Snapshot(
         snap_cluster,
         workload,
-        Placement(assignment={c["name"]: c["host"] for c in present}),
+        Placement(assignment={c.name: c.host for c in present}),
         frozenset(n for n, k in shown.items() if k == "unknown"),
     )
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, delete, event, func, insert, select
@@ -23,48 +22,24 @@ from sqlalchemy.pool import StaticPool
 from clavis.model import Cluster
 from clavis.service import tables as t
 from clavis.service.pausepoints import pause_point
+from clavis.service.plan import Move, Step
 from clavis.service.power import PowerFit
+from clavis.service.rows import (
+    AppClassRow,
+    ContainerRow,
+    HostRow,
+    JobRow,
+    PlacementInput,
+    PlanRow,
+    PowerModelRow,
+    Session,
+    StepEvent,
+    StoredStep,
+)
 
 
 class StoreError(Exception):
     """The store cannot be opened or is inconsistent."""
-
-
-@dataclass(frozen=True)
-class Session:
-    """A stored UI session: who, the role granted, and what it was granted from."""
-
-    user: str
-    role: str
-    credential: str
-
-
-@dataclass(frozen=True)
-class StepRow:
-    plan: int
-    idx: int
-    wave: int
-    container: str
-    source: str
-    target: str
-    cores: int
-    memory_bytes: int
-    state: str
-    dispatches: int
-    message: str
-    updated: float
-
-
-@dataclass(frozen=True)
-class PlanRow:
-    id: int
-    created: float
-    updated: float
-    state: str
-    f_current: float
-    f_target: float
-    summary: dict[str, Any]
-    message: str
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -165,33 +140,29 @@ class Store:
         with self.engine.begin() as conn:
             upsert(conn, t.hosts, rows, ["name"])
 
-    def hosts(self) -> list[dict[str, Any]]:
+    def hosts(self) -> list[HostRow]:
         with self.engine.connect() as conn:
-            return [dict(r._mapping) for r in conn.execute(select(t.hosts).order_by("name"))]
+            return [HostRow(**r._mapping) for r in conn.execute(select(t.hosts).order_by("name"))]
 
     def last_reports(self) -> dict[str, float]:
         with self.engine.connect() as conn:
             rows = conn.execute(select(t.hosts.c.name, t.hosts.c.last_report))
             return {name: ts for name, ts in rows if ts is not None}
 
-    def containers(self) -> list[dict[str, Any]]:
+    def containers(self) -> list[ContainerRow]:
         with self.engine.connect() as conn:
             rows = conn.execute(select(t.containers).order_by("name"))
-            out = []
-            for r in rows:
-                d = dict(r._mapping)
-                d["traffic"] = json.loads(d["traffic"])
-                out.append(d)
-            return out
+            return [ContainerRow(**{**r._mapping, "traffic": json.loads(r.traffic)})
+                    for r in rows]  # fmt: skip
 
-    def placement_inputs(self) -> list[tuple[Any, ...]]:
-        """Per container what the advice depends on (not its traffic): name, host, job,
-        cores, memory, class, hint, intensity; cheap enough to read every few seconds."""
+    def placement_inputs(self) -> list[PlacementInput]:
+        """Per container what the advice depends on (not its traffic); cheap enough to
+        read every few seconds."""
         c = t.containers.c
         q = select(c.name, c.host, c.job, c.cores, c.memory_bytes, c.klass, c.class_hint,
                    c.intensity_mpki)  # fmt: skip
         with self.engine.connect() as conn:
-            return [tuple(r) for r in conn.execute(q.order_by(c.name))]
+            return [PlacementInput(**r._mapping) for r in conn.execute(q.order_by(c.name))]
 
     def app_classes_version(self) -> tuple[int, float | None]:
         """How many applications have a class and when one last changed: the advice's
@@ -201,16 +172,16 @@ class Store:
             n, last = conn.execute(select(func.count(), func.max(a.updated))).one()
         return int(n), last
 
-    def app_class_rows(self) -> list[dict[str, Any]]:
+    def app_class_rows(self) -> list[AppClassRow]:
         """Application classes, most recently decided first."""
         a = t.app_classes.c
         q = select(a.app, a.klass, a.jobs_seen, a.updated).order_by(a.updated.desc(), a.app)
         with self.engine.connect() as conn:
-            return [dict(r._mapping) for r in conn.execute(q)]
+            return [AppClassRow(**r._mapping) for r in conn.execute(q)]
 
-    def jobs(self) -> list[dict[str, Any]]:
+    def jobs(self) -> list[JobRow]:
         with self.engine.connect() as conn:
-            return [dict(r._mapping) for r in conn.execute(select(t.jobs).order_by("name"))]
+            return [JobRow(**r._mapping) for r in conn.execute(select(t.jobs).order_by("name"))]
 
     def app_classes(self) -> dict[str, str]:
         with self.engine.connect() as conn:
@@ -276,9 +247,10 @@ class Store:
         with self.engine.begin() as conn:
             upsert(conn, t.power_models, [row], ["host"])
 
-    def power_models(self) -> dict[str, dict[str, Any]]:
+    def power_models(self) -> dict[str, PowerModelRow]:
         with self.engine.connect() as conn:
-            return {r.host: dict(r._mapping) for r in conn.execute(select(t.power_models))}
+            rows = conn.execute(select(t.power_models))
+            return {r.host: PowerModelRow(**r._mapping) for r in rows}
 
     # --- weights ------------------------------------------------------------------------
 
@@ -298,7 +270,7 @@ class Store:
 
     def create_plan(
         self, f_current: float, f_target: float, summary: dict[str, Any],
-        steps: Iterable[Mapping[str, Any]], now: float, *, state: str = "pending",
+        steps: Iterable[Step], now: float, *, state: str = "pending",
         replay: Callable[[int], str] | None = None,
     ) -> int:  # fmt: skip
         """One transaction: the plan (in ``state``), its steps, the plan's first audit
@@ -312,8 +284,10 @@ class Store:
             )  # fmt: skip
             plan = int(r.inserted_primary_key[0])  # type: ignore[index]
             rows = [
-                {**s, "plan": plan, "state": "pending", "dispatches": 0, "message": "",
-                 "updated": now}
+                {"plan": plan, "idx": s.index, "wave": s.wave, "container": s.move.container,
+                 "source": s.move.source, "target": s.move.target, "cores": s.move.cores,
+                 "memory_bytes": s.move.memory_bytes, "state": "pending", "dispatches": 0,
+                 "message": "", "updated": now}
                 for s in steps
             ]  # fmt: skip
             if rows:
@@ -352,15 +326,21 @@ class Store:
             ids = list(conn.execute(q).scalars())
         return [p for p in (self.plan(i) for i in ids) if p is not None]
 
-    def steps(self, plan: int) -> list[StepRow]:
+    def steps(self, plan: int) -> list[StoredStep]:
         q = select(t.migration_steps).where(t.migration_steps.c.plan == plan)
         with self.engine.connect() as conn:
-            return [StepRow(**r._mapping) for r in conn.execute(q.order_by("idx"))]
+            rows = conn.execute(q.order_by("idx")).all()
+        return [
+            StoredStep(plan=r.plan, state=r.state, dispatches=r.dispatches, message=r.message,
+                       updated=r.updated, step=Step(r.idx, r.wave, Move(
+                           r.container, r.source, r.target, r.cores, r.memory_bytes)))
+            for r in rows
+        ]  # fmt: skip
 
-    def events(self, plan: int) -> list[dict[str, Any]]:
+    def events(self, plan: int) -> list[StepEvent]:
         q = select(t.step_events).where(t.step_events.c.plan == plan).order_by("id")
         with self.engine.connect() as conn:
-            return [dict(r._mapping) for r in conn.execute(q)]
+            return [StepEvent(**r._mapping) for r in conn.execute(q)]
 
     def set_step(
         self, plan: int, idx: int, state: str, message: str, now: float, *, dispatched: bool = False

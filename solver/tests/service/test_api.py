@@ -205,7 +205,7 @@ def test_repack_dry_run_stores_nothing_and_apply_stops_without_an_agent(
     assert "no migrator agent answered" in after["message"]
     assert all(s["state"] == "pending" for s in after["steps"])
     events = clavisd.store.events(plan["id"])
-    assert [e["state"] for e in events if e["idx"] == 0] == ["dispatched", "pending"] * 2
+    assert [e.state for e in events if e.idx == 0] == ["dispatched", "pending"] * 2
 
 
 def test_advice_file(client: TestClient, clavisd: Clavisd) -> None:

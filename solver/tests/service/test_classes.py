@@ -17,6 +17,7 @@ from clavis.service import tables as t
 from clavis.service.advice import ADVICE_APPS_BYTES, applications
 from clavis.service.daemon import Clavisd
 from clavis.service.ingest import ClassBook
+from clavis.service.rows import AppClassRow
 from clavis.service.store import Store
 
 from .helpers import container, login, post_report, report
@@ -92,7 +93,7 @@ def test_a_class_hint_is_stored_shown_and_overrides_the_measured_class(
     # The memory learns from measurements only: the hint does not teach the next job.
     assert clavisd.store.app_classes() == {"1000:stream.sh": "turtle"}
     (job,) = clavisd.store.jobs()
-    assert job["klass"] == "turtle"
+    assert job.klass == "turtle"
     # Repacking and the advice use the hint.
     snap = clavisd.snapshot(time.time())
     assert snap.workload is not None and snap.workload.jobs[0].containers[0].klass == "devil"
@@ -140,7 +141,7 @@ def test_migration_3_adds_the_hint_column_to_an_older_store(tmp_path: Path) -> N
     store = Store(url)
     assert store.applied == [v for v, _, _ in t.MIGRATIONS[2:]]  # 3 and any later
     (c,) = store.containers()
-    assert (c["klass"], c["class_hint"]) == ("devil", None)
+    assert (c.klass, c.class_hint) == ("devil", None)
     store.close()
 
 
@@ -179,7 +180,7 @@ def test_the_advice_lists_the_newest_applications_that_fit() -> None:
              "jobs_seen": i + 1, "updated": 100.0 - i} for i in range(10)]  # fmt: skip
     rows.insert(3, {"app": "slurm_script", "klass": "devil", "jobs_seen": 1, "updated": 99.5})
     rows.insert(5, {"app": "1000:open", "klass": None, "jobs_seen": 1, "updated": 99.4})
-    got = applications(rows, budget=4 * 80)  # about 75 bytes each
+    got = applications([AppClassRow(**r) for r in rows], budget=4 * 80)  # about 75 bytes each
     assert [(a.app, a.app_class) for a in got] == [
         ("1000:job0.sh", "turtle"), ("1000:job1.sh", "devil"), ("1000:job2.sh", "turtle"),
         ("1000:job3.sh", "devil")]  # fmt: skip
@@ -187,7 +188,7 @@ def test_the_advice_lists_the_newest_applications_that_fit() -> None:
     # the budget, so the file stays under select_clavis's default size limit.
     big = [{"app": f"{4000000000 + i}:{'é' * 119}", "klass": "devil", "jobs_seen": 10**9,
             "updated": 0.0} for i in range(20000)]  # fmt: skip
-    apps = applications(big)
+    apps = applications([AppClassRow(**r) for r in big])
     written = len(json.dumps([a.model_dump(mode="json") for a in apps]))
     assert 1000 < len(apps) < 20000 and ADVICE_APPS_BYTES * 0.9 < written <= ADVICE_APPS_BYTES
 
@@ -211,7 +212,7 @@ def test_a_migrated_container_keeps_its_jobs_application_and_hint(
     row = _containers(client)["n1"]
     assert (row["host"], row["job"], row["app"]) == ("h2", "j7", "1000:stream-triad")
     assert (row["class_hint"], row["effective_class"]) == ("turtle", "turtle")
-    jobs = {j["name"]: j["app"] for j in Store(clavisd.config.store.url, time.time()).jobs()}
+    jobs = {j.name: j.app for j in Store(clavisd.config.store.url, time.time()).jobs()}
     assert jobs["j7"] == "1000:stream-triad"
     # a clavisd started again on the same store knows it too (ClassBook.load)
     book = ClassBook.load(Store(clavisd.config.store.url, time.time()))

@@ -48,7 +48,7 @@ def test_an_applied_plan_keeps_what_the_solver_was_given(
     assert rec.plan == plan["id"] and rec.decision == "planned"
     assert started <= rec.made <= time.time()
     # The documents are the snapshot the pass solved: the store's containers where they run
-    assert rec.current.assignment == {c["name"]: c["host"] for c in clavisd.store.containers()}
+    assert rec.current.assignment == {c.name: c.host for c in clavisd.store.containers()}
     assert rec.current.assignment == {"a1": "h1", "b1": "h1", "a2": "h2", "b2": "h2"}
     assert {c.klass for j in rec.workload.jobs for c in j.containers} == {"devil"}
     assert [h.name for h in rec.cluster.hosts] == ["h1", "h2", "h3", "h4"]

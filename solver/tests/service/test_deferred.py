@@ -18,6 +18,7 @@ from fastapi.testclient import TestClient
 from clavis.service.api import serve
 from clavis.service.config import load_config
 from clavis.service.daemon import Clavisd
+from clavis.service.plan import Move, Step
 from clavis.service.repack import decide
 
 from .helpers import container, login, post_report, report, write_setup
@@ -92,8 +93,7 @@ def test_deferred_moves_are_listed_with_a_stored_plan(crossed: tuple[Clavisd, Te
     """Stored plans keep their deferred moves (typed in the API); the executor's final
     message counts them."""
     d, client = crossed
-    steps = [{"idx": 0, "wave": 0, "container": "a2", "source": "h2", "target": "h1",
-              "cores": 4, "memory_bytes": 2**30}]  # fmt: skip
+    steps = [Step(index=0, wave=0, move=Move("a2", "h2", "h1", 4, 2**30))]
     summary = {"deferred": [{"container": "b1", "source": "h1", "target": "h2", "cores": 4,
                              "memory_bytes": 2**30}], "f_solver": 0.1}  # fmt: skip
     plan_id = d.store.create_plan(0.5, 0.4, summary, steps, time.time())

@@ -92,10 +92,10 @@ def test_expiry_within_one_batch_and_after_a_restart(clavisd: Clavisd) -> None:
 
     assert ing.write_batch([acc("h1", ["a", "b"], now), acc("h1", ["a"], now + 1),
                             acc("h2", ["c"], now)]) == ["stored"] * 3  # fmt: skip
-    assert {c["name"]: c["host"] for c in clavisd.store.containers()} == {"a": "h1", "c": "h2"}
+    assert {c.name: c.host for c in clavisd.store.containers()} == {"a": "h1", "c": "h2"}
     again = Ingestor(clavisd.store, clavisd.config.classify, 100, 0.0)
     assert again.write_batch([acc("h2", [], now + 2)]) == ["stored"]
-    assert {c["name"] for c in clavisd.store.containers()} == {"a"}
+    assert {c.name for c in clavisd.store.containers()} == {"a"}
 
 
 def test_a_report_that_fails_on_its_own_is_refused_not_retried(tmp_path: Path) -> None:

@@ -83,8 +83,8 @@ def test_kill9_mid_plan_then_restart_resumes_without_moving_twice(
     # Its record survived: the store still has its "done", logged before the crash, and
     # every step is done exactly once in the audit log.
     store = Store(store_url)
-    rows = [(e["idx"], e["ts"]) for e in store.events(plan)
-            if e["idx"] is not None and e["state"] == "done"]  # fmt: skip
+    rows = [(e.idx, e.ts) for e in store.events(plan)
+            if e.idx is not None and e.state == "done"]  # fmt: skip
     store.close()
     assert sorted(idx for idx, _ in rows) == list(range(n_steps))
     # The audit log says the steps were answered by the test recorder, which moved nothing.
@@ -142,8 +142,8 @@ def _each_container_moved_once(
     assert len(moved) == len(set(moved)) == len(steps)
     # The audit log has every step done exactly once.
     store = Store(store_url)
-    done = [e["idx"] for e in store.events(final["id"]) if e["idx"] is not None
-            and e["state"] == "done"]  # fmt: skip
+    done = [e.idx for e in store.events(final["id"]) if e.idx is not None
+            and e.state == "done"]  # fmt: skip
     store.close()
     assert sorted(done) == [s["idx"] for s in final["steps"]]
 
@@ -224,6 +224,6 @@ def test_kill9_between_dispatch_and_the_agents_answer_then_restart_sends_it_once
     assert len(rec.record.posts[rec.held_step]) >= 2
     _each_container_moved_once(rec, final, store_url)
     store = Store(store_url)
-    events = [e["state"] for e in store.events(plan) if e["idx"] == idx]
+    events = [e.state for e in store.events(plan) if e.idx == idx]
     store.close()
     assert events[0] == "dispatched" and events[-1] == "done" and events.count("done") == 1
