@@ -34,9 +34,12 @@ class Agent:
         state.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.store = StepStore(state / "steps")
 
+        # the target's restore: the backend's restore and checks, the hook (hooks.py)
+        slow = 3 * cfg.backend_timeout_s() + HOOK_TIMEOUT_S
+        lease = cfg.restore_lease_s or slow + cfg.peer_timeout_s
+        slow = min(slow, lease)  # an answer after the fence time is of no use
+
         def peer(step: MigrationStep) -> PeerClient:
-            # the target's restore: the backend's restore and checks, the hook (hooks.py)
-            slow = 3 * cfg.backend_timeout_s() + HOOK_TIMEOUT_S
             if step.peer_key is None or step.peer_key_id is None:
                 raise PeerError(f"step {step.step_id} came without its peer key")
             # the server stored the key unwrapped (server.py, POST /api/v1/steps)
@@ -48,7 +51,9 @@ class Agent:
         self.machine = Machine(
             cfg.host, store=self.store, backend=backend, peer=peer, outgoing=state / "outgoing",
             chunk_bytes=cfg.chunk_bytes, transfer_attempts=cfg.transfer_attempts,
-            network_hook=cfg.network_hook, precopy_rounds=cfg.precopy_rounds,
+            network_hook=cfg.network_hook, precopy_rounds=cfg.precopy_rounds, lease_s=lease,
+            # the target kills an uncommitted copy at most one sweep after its fence time
+            fence_margin_s=cfg.max_skew_s + EXPIRE_EVERY_S + 1.0,
         )  # fmt: skip
         self.incoming = Incoming(
             cfg.host, state / "incoming", backend, (cfg.host_cores(), cfg.host_memory()),

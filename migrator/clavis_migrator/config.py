@@ -76,6 +76,10 @@ class Config:
     cores: int = 0
     memory_bytes: int = 0
     peer_timeout_s: float = 30.0
+    # fencing: a target kills a copy it restored unless the source commits within this
+    # many seconds of asking for the restore; 0: the restore's longest time (three backend
+    # operations and the network hook) plus peer_timeout_s
+    restore_lease_s: float = 0.0
     # the image files go to the target in chunks of this size, each signed and checked
     chunk_bytes: int = 8 * 2**20
     transfer_attempts: int = 3
@@ -156,6 +160,8 @@ def _check(cfg: Config, problems: list[str]) -> None:
         problems.append("cores and memory_bytes: must be >= 0 (0: the machine's)")
     if not 0 < cfg.peer_timeout_s <= 3600:
         problems.append("peer_timeout_s: must be within 0..3600 (not 0)")
+    if cfg.restore_lease_s != 0 and not 1 <= cfg.restore_lease_s <= 3600:
+        problems.append("restore_lease_s: must be within 1..3600, or 0 (derived)")
     if not 4096 <= cfg.chunk_bytes <= 256 * 2**20:
         problems.append("chunk_bytes: must be within 4096..268435456")
     if not 1 <= cfg.transfer_attempts <= 10:

@@ -126,8 +126,13 @@ class PeerClient:
     def finish(self, step_id: str, manifest: list[dict[str, Any]]) -> None:
         self._call("POST", self._path(step_id, "finish"), json.dumps(manifest).encode())
 
-    def restore(self, step_id: str) -> str:
-        got = self._call("POST", self._path(step_id, "restore"), timeout_s=self.restore_timeout_s)
+    def restore(self, step_id: str, fence_at: float) -> str:
+        """Restore on the target, which kills its copy at ``fence_at`` (epoch s) unless it
+        has heard the commit by then (fencing: see Incoming.expire)."""
+        body = json.dumps({"fence_at": fence_at}).encode()
+        got = self._call(
+            "POST", self._path(step_id, "restore"), body, timeout_s=self.restore_timeout_s
+        )
         return str(got.get("verified", ""))
 
     def commit(self, step_id: str) -> None:

@@ -224,7 +224,11 @@ class Handler(BaseHTTPRequestHandler):
             inc.finish(step_id, manifest)
             return {"ok": True}
         if what == "restore":
-            return inc.restore(step_id)
+            doc = json.loads(body or b"{}")
+            fence_at = doc.get("fence_at") if isinstance(doc, dict) else None
+            if not isinstance(fence_at, int | float) or isinstance(fence_at, bool):
+                raise ValueError("restore needs fence_at, a time in seconds since the epoch")
+            return inc.restore(step_id, float(fence_at))
         if what == "commit":
             inc.commit(step_id)
             return {"ok": True}

@@ -26,7 +26,7 @@ from clavis_migrator.backend import Backend, BackendError
 from clavis_migrator.hooks import run_hook
 from clavis_migrator.incoming import PRECOPY_DIR, sha256_file
 from clavis_migrator.pause import pause_point
-from clavis_migrator.peer import PeerClient, PeerError, PeerForgedError
+from clavis_migrator.peer import PeerClient, PeerError, PeerForgedError, PeerRefusedError
 from clavis_migrator.store import StepRecord, StepStore, now
 
 log = logging.getLogger("clavis_migrator.steps")
@@ -52,7 +52,17 @@ class Machine:
         transfer_attempts: int,
         network_hook: tuple[str, ...] = (),
         precopy_rounds: int = 0,
+        lease_s: float = 600.0,
+        fence_margin_s: float = 63.0,
+        doubt_s: float = 600.0,
     ) -> None:
+        # Fencing (docs/migrator.md): a target kills a restored copy not committed within
+        # lease_s of the restore's request; the source rolls back without its word only
+        # fence_margin_s (the clocks' allowed skew and one sweep) after that, and asks an
+        # unreachable target how a commit ended for doubt_s more before it gives up.
+        self.lease_s = lease_s
+        self.fence_margin_s = fence_margin_s
+        self.doubt_s = doubt_s
         self.network_hook = network_hook
         self.precopy_rounds = precopy_rounds
         self.host = host
@@ -196,8 +206,11 @@ class Machine:
                 sent += f" (restarted after {retried})"
             rec = self._note(rec, sent, phase="restore", bytes_moved=rec.bytes_moved + moved)
             in_time("the restore")
+            # Written before the request: a restarted agent must know the fence too.
+            rec = self.store.update(rec, fence_at=time.time() + self.lease_s)
+            assert rec.fence_at is not None
             try:
-                seen = peer.restore(step.step_id)
+                seen = peer.restore(step.step_id, rec.fence_at)
             except PeerError as exc:
                 raise StepFailedError(str(exc)) from exc
             frozen = time.monotonic() - frozen_t0
@@ -313,23 +326,49 @@ class Machine:
     def _fail(self, rec: StepRecord, why: str, stopped: bool, t0: float) -> None:
         rec = self._note(rec, why)
         if rec.phase == "prepare" and not stopped:
-            self._abort_target(rec)
+            rec, _ = self._abort_target(rec)
             self._end(rec, "failed", f"the container still runs on {self.host}", t0)
             return
         rec, state, line = self._undo(rec, stopped)
         self._end(rec, state, line, t0)
 
-    def _abort_target(self, rec: StepRecord) -> StepRecord:
+    def _abort_target(self, rec: StepRecord) -> tuple[StepRecord, bool]:
+        """Ask the target to undo the step; (record, whether the target answered)."""
         try:
             did = self.peer(rec.step).abort(rec.step.step_id)
-            return self._note(rec, f"target: {did}")
+            return self._note(rec, f"target: {did}"), True
+        except PeerRefusedError as exc:
+            return self._note(rec, f"target refused the abort: {exc}"), True
         except PeerError as exc:
-            return self._note(rec, f"target abort failed: {exc}")
+            return self._note(rec, f"target abort failed: {exc}"), False
+
+    def _outwait_fence(self, rec: StepRecord) -> StepRecord:
+        """The target was asked to restore and cannot be reached: its copy may run. Ask
+        it again to abort until its fence time has surely passed (then it has killed any
+        copy it restored, since no commit came); the record once it is safe to restore
+        here."""
+        assert rec.fence_at is not None
+        until = rec.fence_at + self.fence_margin_s
+        rec = self._note(
+            rec, f"waiting for the target's fence ({until - time.time():.0f} s at most)"
+        )
+        while time.time() < until:
+            time.sleep(min(1.0, max(0.0, until - time.time())))
+            try:
+                did = self.peer(rec.step).abort(rec.step.step_id)
+                return self._note(rec, f"target: {did}")
+            except PeerRefusedError as exc:
+                return self._note(rec, f"target refused the abort: {exc}")
+            except PeerError:
+                continue
+        return self._note(rec, "target unreachable past its fence time: its copy is killed")
 
     def _undo(self, rec: StepRecord, stopped: bool) -> tuple[StepRecord, Any, str]:
         """Make the container run on the source again; (record, state, last line)."""
         step = rec.step
-        rec = self._abort_target(rec)
+        rec, heard = self._abort_target(rec)
+        if not heard and rec.fence_at is not None and stopped:
+            rec = self._outwait_fence(rec)
         if step.container in self.backend.running():
             if not stopped:
                 return rec, "failed", f"the container still runs on {self.host}"
@@ -365,17 +404,51 @@ class Machine:
         )
 
     def _commit(self, rec: StepRecord, t0: float) -> None:
+        """The target first: its copy lives on only if it hears the commit before its
+        fence time. The source's state goes only once the target has said so."""
         step = rec.step
+        rec, said = self._commit_target(rec)
+        if said is None:  # never heard: the container runs on the target or nowhere
+            why = (
+                f"IN DOUBT: {step.target} never answered the commit, so whether "
+                f"{step.container} runs there or was fenced is unknown; not restored here "
+                f"(it could run twice), images kept in {self._images(step)}"
+            )
+            self._end(rec, "failed", why, t0)
+            return
+        if said != "committed":  # the target's copy does not run: run it here again
+            rec = self._note(rec, f"target: {said}")
+            rec, state, line = self._undo(rec, stopped=True)
+            self._end(rec, state, line, t0)
+            return
         try:
             self.backend.commit(step.container, self._images(step))
             shutil.rmtree(self._images(step), ignore_errors=True)
         except BackendError as exc:
             rec = self._note(rec, f"source clean-up: {exc}")
-        try:
-            self.peer(step).commit(step.step_id)
-        except PeerError as exc:
-            rec = self._note(rec, f"target clean-up: {exc}")
         self._end(rec, "done", f"committed: {step.container} runs on {step.target}", t0)
+
+    def _commit_target(self, rec: StepRecord) -> tuple[StepRecord, str | None]:
+        """Tell the target to commit, again while it cannot be reached (a commit asked
+        twice is answered the same), until its fence time and doubt_s after; (record,
+        "committed" or the target's refusal, or None when it never answered)."""
+        fence = rec.fence_at if rec.fence_at is not None else time.time()
+        until = fence + self.fence_margin_s + self.doubt_s
+        last = ""
+        for attempt in range(1, 1_000_000):
+            try:
+                self.peer(rec.step).commit(rec.step.step_id)
+                return rec, "committed"
+            except PeerRefusedError as exc:
+                return rec, f"refused the commit: {exc}"
+            except PeerError as exc:
+                if time.time() >= until:
+                    break
+                if not last:
+                    rec = self._note(rec, f"target commit failed: {exc}; asking again")
+                last = str(exc)
+                time.sleep(min(0.25 * attempt, 2.0))
+        return self._note(rec, f"target commit failed until now: {last}"), None
 
     # ------------------------------------------------------------ agent restart
 

@@ -46,6 +46,9 @@ class StepRecord(Strict):
     stopped_at: AwareDatetime | None = None
     bytes_moved: int = 0
     precopy_rounds: int = 0
+    # wall-clock time (epoch s) past which the target kills a restored copy it has not
+    # heard committed (fencing, Incoming.expire): written before the restore is asked
+    fence_at: float | None = None
 
     @property
     def terminal(self) -> bool:

@@ -46,12 +46,14 @@ def test_a_step_moves_the_container_and_cleans_both_hosts(pair, tmp_path: Path) 
     # 50,000 bytes in 4,096-byte chunks: many signed PUTs, all checked at the end
     assert files_under(tmp_path / "h1" / "outgoing") == []
     assert files_under(tmp_path / "h2" / "incoming") == []
+    # the target commits first: the source's state goes once the target has said so
     assert t.calls == [
         "checkpoint c1 on h1",
         "restore c1 on h2",
-        "commit c1 on h1",
         "commit c1 on h2",
+        "commit c1 on h1",
     ]
+    assert (tmp_path / "h2" / "ended" / "1_0").read_text() == "committed"
 
 
 def test_a_step_id_seen_before_is_a_status_query_also_after_a_restart(pair, tmp_path: Path) -> None:

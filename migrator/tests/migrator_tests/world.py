@@ -9,9 +9,11 @@ host. Faults are injected by name. The real LXC/CRIU backend is tested on the te
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -59,6 +61,8 @@ class TableBackend:
         self.hold: threading.Event | None = None  # checkpoint waits for it when set
         # what the running container does to its memory after each pre-copy dump
         self.dirty: Callable[[bytes], bytes] | None = None
+        # called once a restore here has succeeded (a test cuts a link there)
+        self.after_restore: Callable[[], None] | None = None
 
     def running(self) -> dict[str, Size]:
         with self.t.lock:
@@ -103,6 +107,8 @@ class TableBackend:
                 raise BackendError(f"{name} already runs on {self.t.where[name]}")
             self.t.where[name] = self.host
             self.t.memory[name] = data
+        if self.after_restore is not None:
+            self.after_restore()
 
     def verify(self, name: str) -> str:
         if "verify" in self.fail:
@@ -206,3 +212,77 @@ def table(*names: str, memory: int = 10_000) -> Table:
         t.memory[n] = os.urandom(memory)
         t.sizes[n] = Size(1, 2**30)
     return t
+
+
+class Link:
+    """The network between a source agent and a target agent's port: a loopback relay a
+    test can cut (open connections dropped, new ones closed at once), make refuse new
+    connections only (those open finish), and mend. The source is given its port."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.state = "up"  # "up" | "cut" | "refusing"
+        self._open: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.2)
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._accept, name="link", daemon=True)
+        self._thread.start()
+
+    @property
+    def port(self) -> int:
+        return int(self._listener.getsockname()[1])
+
+    def cut(self) -> None:
+        with self._lock:
+            self.state = "cut"
+            for s in self._open:
+                s.close()
+            self._open.clear()
+
+    def refuse_new(self) -> None:
+        self.state = "refusing"
+
+    def mend(self) -> None:
+        self.state = "up"
+
+    def close(self) -> None:
+        self._closed.set()
+        self.cut()
+        self._thread.join(5)
+        self._listener.close()
+
+    def _accept(self) -> None:
+        while not self._closed.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            if self.state != "up":
+                client.close()
+                continue
+            try:
+                server = socket.create_connection(("127.0.0.1", self.target_port), timeout=5)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._open |= {client, server}
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while block := src.recv(65536):
+                dst.sendall(block)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+            with self._lock:
+                self._open -= {src, dst}
