@@ -64,7 +64,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if "lifecycle" in module:
             return 0
         # the demo's scenario takes down whatever is up and brings up a fresh stack
-        return 3 if module.endswith("test_demo") else 2 if module.endswith("test_stack") else 1
+        # and so does the power saving test (test_power)
+        fresh = module.endswith(("test_demo", "test_power"))
+        return 3 if fresh else 2 if module.endswith("test_stack") else 1
 
     items.sort(key=order)
 

@@ -37,6 +37,12 @@ from .topology import Topology
 
 SUSPENDED = paths.RUN / "power" / "suspended"  # SUSPENDED/NODE: Slurm powered it down
 STOP_TIMEOUT_S = 10  # lxc-stop's clean stop; then the container is killed
+# A resumed node "boots" this long before its container starts (a real machine takes a
+# minute). slurmctld takes a node it resumed as booted only when the boot time it derives
+# (its clock's whole seconds minus slurmd's uptime, which the kernel rounds up) is not
+# before the resume request (node_mgr.c, waiting_for_node_boot): that derivation can put
+# the boot up to 2 s early, so the container must start more than 2 s after the request.
+BOOT_S = 2.5
 
 
 def powered(host: str) -> bool:
@@ -84,6 +90,7 @@ def start_node(topo: Topology, name: str, host: str) -> None:
     if placement.host_of(name) != host:
         placement.hook(topo, "restored", name, host)
     (SUSPENDED / name).unlink(missing_ok=True)
+    time.sleep(BOOT_S)
     containers.start_on(name, host, fresh_boot=True)
 
 

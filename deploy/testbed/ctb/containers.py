@@ -171,8 +171,10 @@ def start_on(name: str, host: str, fresh_boot: bool = False) -> None:
     log = paths.LOG / f"lxc-{name}.log"
     argv = _lxc("lxc-start", name, "-l", "INFO", "-o", str(log))
     if fresh_boot:
-        up_s = float(Path("/proc/uptime").read_text().split()[0])
-        argv += ["-s", f"lxc.time.offset.boot=-{max(0, int(up_s) - 1)}s"]
+        # whole seconds (LXC writes a nanosecond offset the kernel refuses), so the
+        # container's uptime starts under a second; the kernel refuses a boot clock below 0
+        up_s = time.clock_gettime(time.CLOCK_BOOTTIME)
+        argv += ["-s", f"lxc.time.offset.boot=-{int(up_s)}s"]
     run(in_netns_with_sysfs(f"ctb-{host}", argv), timeout=60)
 
 

@@ -139,6 +139,9 @@ class HostPower:
         self._lock = threading.Lock()
         self._busy: set[str] = set()
         self._silent: set[str] = set()  # hosts whose BMC did not answer its last question
+        # host -> until when it is not powered off: nodes are being started on it that
+        # its monitor does not list yet (slurmpower.py)
+        self._held: dict[str, float] = {}
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._loop = threading.Thread(target=self._run, name="hostpower", daemon=True)
@@ -212,6 +215,11 @@ class HostPower:
         with self._lock:
             return frozenset(h for h, st in self.states.items() if st.power != "on")
 
+    def hold(self, host: str, until: float) -> None:
+        """Keep ``host`` from being powered off until ``until`` (unix time), even empty."""
+        with self._lock:
+            self._held[host] = max(until, self._held.get(host, 0.0))
+
     def _set(self, host: str, st: HostState) -> None:
         with self._lock:
             self.states[host] = st
@@ -249,8 +257,10 @@ class HostPower:
                     continue
             st = note_occupancy(self.probe(host, now), counts.get(host, 0), now)
             self._set(host, st)
-            if should_power_off(st, now, self.cfg.grace_s, self.cfg.min_on_s,
-                                host in self.cfg.stay_on):  # fmt: skip
+            with self._lock:
+                held = self._held.get(host, 0.0) > now
+            if not held and should_power_off(st, now, self.cfg.grace_s, self.cfg.min_on_s,
+                                             host in self.cfg.stay_on):  # fmt: skip
                 with self._lock:
                     self._busy.add(host)
                     self.states[host] = HostState("powering-off", st.since, st.empty_since)

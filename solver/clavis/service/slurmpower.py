@@ -193,46 +193,58 @@ class SlurmPower:
 
     def resume(self, asks: Sequence[NodeAsk]) -> list[NodeResult]:
         """Choose a host for each node, power on the chosen hosts that are off, start the
-        containers; every node gets a result (a failure names why)."""
+        containers; every node gets a result (a failure names why). Resumes run one at a
+        time, start to end: the next choice sees this one's nodes, and two never power
+        the same host on at once."""
         with self._lock:
-            now = time.time()
-            self._pending = {n: p for n, p in self._pending.items() if p[2] > now}
-            hp = self.host_power
-            powerable = frozenset(
-                h for h in (hp.bmcs if hp is not None else ()) if hp is not None
-                and hp.state(h).power == "off"
+            return self._resume(asks)
+
+    def _resume(self, asks: Sequence[NodeAsk]) -> list[NodeResult]:
+        now = time.time()
+        self._pending = {n: p for n, p in self._pending.items() if p[2] > now}
+        hp = self.host_power
+        powerable = frozenset(h for h in (hp.bmcs if hp is not None else ())
+                              if hp is not None and hp.state(h).power == "off")  # fmt: skip
+        snap = self.snapshot(now)
+        try:
+            where = choose_hosts(
+                snap, asks, self.weights(), powerable=powerable,
+                pending={n: (h, c) for n, (h, c, _) in self._pending.items()},
+                pair_bytes_per_s=self.cfg.pair_bytes_per_s,
             )  # fmt: skip
-            snap = self.snapshot(now)
-            try:
-                where = choose_hosts(
-                    snap, asks, self.weights(), powerable=powerable,
-                    pending={n: (h, c) for n, (h, c, _) in self._pending.items()},
-                    pair_bytes_per_s=self.cfg.pair_bytes_per_s,
-                )  # fmt: skip
-            except ResumeError as exc:
-                return [NodeResult(a.name, None, False, str(exc)) for a in asks]
-            until = now + self.cfg.pending_s
-            for a in asks:
-                self._pending[a.name] = (where[a.name], a.cores, until)
+        except ResumeError as exc:
+            return [NodeResult(a.name, None, False, str(exc)) for a in asks]
+        until = now + self.cfg.pending_s
+        for a in asks:
+            self._pending[a.name] = (where[a.name], a.cores, until)
+        chosen = sorted({where[a.name] for a in asks})
+        if hp is not None:
+            # an empty host chosen now must not be powered off before its monitor lists
+            # the nodes started on it
+            for host in chosen:
+                if host in hp.bmcs:
+                    hp.hold(host, until)
         log.info("slurm power resume %s", ", ".join(f"node={n} host={h}"
                                                     for n, h in sorted(where.items())))  # fmt: skip
         failed: dict[str, str] = {}
-        for host in sorted({where[a.name] for a in asks} & powerable):
+        for host in sorted(set(chosen) & powerable):
             assert hp is not None
             out = hp.power_on(host)
             if out.state != "on":
                 failed[host] = f"host {host} did not come on: {out.message}"
-        results = []
-        for a in asks:
+
+        def start(a: NodeAsk) -> NodeResult:
             host = where[a.name]
             if host in failed:
-                results.append(NodeResult(a.name, host, False, failed[host]))
-                continue
+                return NodeResult(a.name, host, False, failed[host])
             ok, msg = self._command("start", a.name, host)
             log.info("slurm power node=%s host=%s action=resume ok=%s %s", a.name, host, ok, msg)
-            results.append(NodeResult(a.name, host, ok, msg))
-        with self._lock:
-            for r in results:
-                if not r.ok:
-                    self._pending.pop(r.node, None)
+            return NodeResult(a.name, host, ok, msg)
+
+        # side by side: a node's start is its boot, and a job waits for all of its nodes
+        with ThreadPoolExecutor(max_workers=max(1, min(8, len(asks)))) as pool:
+            results = list(pool.map(start, asks))
+        for r in results:
+            if not r.ok:
+                self._pending.pop(r.node, None)
         return results

@@ -1,0 +1,167 @@
+"""Issue 17's acceptance on the testbed: Slurm's power saving and clavisd's host power
+(`clavis-testbed up --power-save`, deploy/testbed/ctb/powersave.py).
+
+From a fresh testbed: the idle nodes are suspended (`idle~`, POWERED_DOWN in `scontrol
+show node`) and the hosts left empty are powered off through their BMCs (DCMI reads the
+standby watts), all but the host kept on; a burst of one job per node fills the cluster,
+Slurm resumes the nodes through clavisd, which powers hosts on, and every job starts
+within ResumeTimeout of its submission; the burst drains and the cluster powers down
+again; a second burst starts the same way. While jobs run, the host of every running
+job's node is on (sampled every half second): no job runs on a host that is off. Every
+wait is bounded; the whole test takes about two minutes.
+
+Runs after test_stack and test_demo (conftest.py): it takes down whatever testbed is up to
+start its own, and takes it down at the end.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from . import tb
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "deploy" / "testbed"))
+
+from ctb import powersave
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(not tb.is_root(), reason="the testbed needs root"),
+]
+
+JOB_S = 6  # each job sleeps this long
+DOWN_S = 90.0  # idle -> suspended (SuspendTime 10 s) -> hosts off (grace 3 s), with slack
+WORK = tb.RUN_DIR / "shared" / "power-test"
+STORE = tb.RUN_DIR / "clavis" / "clavis.db"
+
+
+@pytest.fixture(scope="module")
+def bed() -> Iterator[dict[str, Any]]:
+    tb.tb("down", check=False)
+    cp = tb.tb("up", "--power-save", check=False)
+    try:
+        assert cp.returncode == 0, cp.stderr[-3000:]
+        yield tb.status()
+    finally:
+        down = tb.tb("down", check=False)
+        assert down.returncode == 0, down.stderr
+
+
+def _sinfo() -> dict[str, str]:
+    out = tb.slurm(["sinfo", "-N", "-h", "-o", "%N %T"])
+    return dict(line.split() for line in out.splitlines() if line.strip())
+
+
+def _power(host: str) -> str:
+    return (tb.RUN_DIR / "bmc" / host / "power").read_text().strip()
+
+
+def _wait(what: str, pred: Any, timeout: float, every: float = 0.5) -> Any:
+    deadline = time.monotonic() + timeout
+    last = pred()
+    while not last and time.monotonic() < deadline:
+        time.sleep(every)
+        last = pred()
+    assert last, f"{what}: not within {timeout:.0f}s"
+    return last
+
+
+def _powered_down(bed: dict[str, Any]) -> None:
+    """Every node but the kept host's `idle~`, those hosts off at standby watts."""
+    kept = bed["hosts"][0]["name"]
+    others = [h for h in bed["hosts"] if h["name"] != kept]
+    nodes = [c["name"] for h in others for c in h["containers"]]
+
+    def down() -> bool:
+        states = _sinfo()
+        return all(states.get(n) == "idle~" for n in nodes) and all(
+            _power(h["name"]) == "0" for h in others
+        )
+
+    _wait("nodes powered down and their hosts off", down, DOWN_S)
+    standby = bed["topology"]["power"]["standby_w"]
+    for h in others:
+        w = _wait(f"{h['name']} at standby watts",
+                  lambda h=h: tb.dcmi_watts(h) == standby or None, 15.0)  # fmt: skip
+        assert w
+        assert "off" in tb.ipmi(h, "chassis", "power", "status")
+    for n in nodes:
+        shown = tb.slurm(["scontrol", "show", "node", n])
+        assert "POWERED_DOWN" in shown, shown
+    kept_host = bed["hosts"][0]
+    assert _power(kept) == "1"
+    assert tb.dcmi_watts(kept_host) >= bed["topology"]["power"]["idle_w"]
+    assert all(_sinfo()[c["name"]] == "idle" for c in kept_host["containers"])
+
+
+def _burst(bed: dict[str, Any], tag: str) -> dict[str, float]:
+    """One job per node, submitted together; returns each job's start delay (s), after
+    checking that every running job's host was on at every sample."""
+    nodes = [c["name"] for h in bed["hosts"] for c in h["containers"]]
+    WORK.mkdir(parents=True, exist_ok=True)
+    submitted: dict[str, float] = {}
+    for i in range(len(nodes)):
+        name = f"{tag}-{i}"
+        t = time.time()
+        out = tb.slurm(["sbatch", "-N1", "-n1", "-J", name, "-o", f"{WORK}/{name}.out",
+                        "--wrap", f"date +%s.%N > {WORK}/{name}.start; sleep {JOB_S}"])  # fmt: skip
+        assert "Submitted batch job" in out, out
+        submitted[name] = t
+    where = tb.RUN_DIR / "placement.json"
+    off_seen: list[str] = []
+    deadline = time.monotonic() + powersave.RESUME_TIMEOUT + 30
+    while time.monotonic() < deadline:
+        running = tb.slurm(["squeue", "-h", "-t", "R", "-o", "%j %N"]).split("\n")
+        for line in running:
+            parts = line.split()
+            if len(parts) == 2 and parts[0].startswith(tag):
+                host = tb.host_of(parts[1])
+                if _power(host) != "1":
+                    off_seen.append(f"{parts[0]} on {parts[1]} of {host} (off)")
+        if all((WORK / f"{n}.start").exists() for n in submitted):
+            break
+        time.sleep(0.5)
+    assert where.exists()
+    assert not off_seen, off_seen
+    missing = [n for n in submitted if not (WORK / f"{n}.start").exists()]
+    assert not missing, f"never started: {missing}; sinfo {_sinfo()}"
+    return {n: float((WORK / f"{n}.start").read_text()) - t for n, t in submitted.items()}
+
+
+def _events() -> list[tuple[str, str, str]]:
+    with sqlite3.connect(f"file:{STORE}?mode=ro", uri=True, timeout=5) as db:
+        rows = db.execute("SELECT host, action, result FROM power_events ORDER BY id")
+        return [(str(h), str(a), str(r)) for h, a, r in rows.fetchall()]
+
+
+def test_bursts_power_hosts_on_and_drains_power_them_off(bed: dict[str, Any]) -> None:
+    t0 = time.monotonic()
+    kept = bed["hosts"][0]["name"]
+    _powered_down(bed)
+    first = _burst(bed, "a")
+    # the burst filled every node: hosts that were off came on for it
+    assert all(_power(h["name"]) == "1" for h in bed["hosts"])
+    _wait("the first burst finished",
+          lambda: not tb.slurm(["squeue", "-h", "-o", "%i"]).strip(), JOB_S + 60)  # fmt: skip
+    _powered_down(bed)
+    second = _burst(bed, "b")
+    delays = {**first, **second}
+    late = {n: round(d, 1) for n, d in delays.items() if d > powersave.RESUME_TIMEOUT}
+    assert not late, f"started later than ResumeTimeout {powersave.RESUME_TIMEOUT}s: {late}"
+    events = _events()
+    for h in bed["hosts"][1:]:
+        mine = [(a, r) for host, a, r in events if host == h["name"]]
+        assert mine.count(("off", "ok")) >= 2, (h["name"], mine)
+        assert mine.count(("on", "ok")) >= 2, (h["name"], mine)
+    assert not [e for e in events if e[0] == kept and e[1] in ("soft", "off")], events
+    log = powersave.LOG.read_text()
+    assert "action=resume" in log and "ok=False" not in log, log[-2000:]
+    assert time.monotonic() - t0 < 240, "the power cycle test took too long"
+    print(f"start delays (s): {sorted(round(d, 1) for d in delays.values())}")
