@@ -187,6 +187,19 @@ class RepackConfig(_Section):
         default=600.0, gt=0, description="An agent rolls a step back after this."
     )
     poll_s: float = Field(default=1.0, gt=0, description="How often running steps are polled.")
+    power_cycle_s: float = Field(
+        default=120.0,
+        ge=0,
+        description="A host's shutdown and boot, at about idle watts: each host a plan "
+        "empties costs idle_w x this / power_horizon_s watts of P beyond the margin "
+        "(powercycle.py); 0: not counted.",
+    )
+    power_horizon_s: float = Field(
+        default=3600.0,
+        gt=0,
+        description="How long a placement is expected to hold: a power cycle's energy is "
+        "spread over it.",
+    )
     default_weights: tuple[float, float, float, float] = Field(
         default=(0.15, 1.94, 0.68, 0.5),
         description="P, D, C, M weights until a calibrated weights file is posted "

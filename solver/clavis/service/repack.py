@@ -19,7 +19,7 @@ from typing import Literal
 
 from clavis.documents import InputError
 from clavis.instance import build_instance
-from clavis.objectives import Objectives, Weights, contended_hosts, score, violations
+from clavis.objectives import Objectives, Weights, bounds, contended_hosts, score, violations
 from clavis.placement import SolveOptions, place
 from clavis.placement.guard import default_memory_budget
 from clavis.placement.result import PlacementResult
@@ -27,6 +27,7 @@ from clavis.service.agents import AgentProtocolError, AgentUnavailableError, Mig
 from clavis.service.config import RepackConfig
 from clavis.service.pausepoints import pause_point
 from clavis.service.plan import Move, Plan, Step, moves_between, order, peak_loads
+from clavis.service.powercycle import cycle_cost
 from clavis.service.snapshot import Snapshot
 from clavis.service.store import Store
 from clavis_contracts import TERMINAL_STATES, MigrationStep
@@ -68,6 +69,15 @@ def solve_options(cfg: RepackConfig, current: tuple[int, ...]) -> SolveOptions:
                         memory_limit=default_memory_budget())  # fmt: skip
 
 
+def _cycles_note(cycles: float, emptied: list[str]) -> str:
+    """The power cycles' share of the bar a plan must pass (powercycle.py), if any."""
+    if cycles <= 0:
+        return ""
+    names = ", ".join(emptied[:5]) + (f" and {len(emptied) - 5} more" if len(emptied) > 5 else "")
+    return (f" plus {cycles:.4f} for the power cycles of the {len(emptied)} hosts it would "
+            f"empty ({names}; repack.power_cycle_s)")  # fmt: skip
+
+
 def describe_moves(moves: tuple[Move, ...], limit: int = 5) -> str:
     """``c1 h1->h2, c2 h2->h1`` (at most ``limit``, then how many more)."""
     text = ", ".join(f"{m.container} {m.source}->{m.target}" for m in moves[:limit])
@@ -91,11 +101,15 @@ def decide(snap: Snapshot, weights: Weights, cfg: RepackConfig) -> Decision:
     if problems:  # every solver answer is re-checked before it becomes a plan
         return Decision("no-solution", now_score.F, None, "; ".join(problems), None)
     gain = now_score.F - result.score.F
-    if gain <= cfg.margin:
+    limits = bounds(inst)
+    cycles, emptied = cycle_cost(inst, current, result.assignment, weights, limits,
+                                 power_cycle_s=cfg.power_cycle_s,
+                                 power_horizon_s=cfg.power_horizon_s)  # fmt: skip
+    if gain <= cfg.margin + cycles:
         return Decision("below-margin", now_score.F, result.score.F,
                         f"F would improve by {gain:.4f} ({now_score.F:.4f} -> "
-                        f"{result.score.F:.4f}), not more than repack.margin {cfg.margin:g}: "
-                        "nothing planned", None)  # fmt: skip
+                        f"{result.score.F:.4f}), not more than repack.margin {cfg.margin:g}"
+                        + _cycles_note(cycles, emptied) + ": nothing planned", None)  # fmt: skip
     names = [c.name for c in inst.containers]
     target = {n: inst.hosts[h].name for n, h in zip(names, result.assignment, strict=True)}
     cores = {c.name: c.cores for c in inst.containers}
@@ -132,12 +146,17 @@ def decide(snap: Snapshot, weights: Weights, cfg: RepackConfig) -> Decision:
         reached_f, reached_raw = reached.F, reached.raw
         deferred = (f"; {len(plan.deferred)} moves deferred (no host has room to stage them; "
                     f"those containers stay): {describe_moves(plan.deferred)}")  # fmt: skip
-        if now_score.F - reached_f <= cfg.margin:
+        placed = tuple(index[where[c.name]] for c in inst.containers)
+        cycles, emptied = cycle_cost(inst, current, placed, weights, limits,
+                                     power_cycle_s=cfg.power_cycle_s,
+                                     power_horizon_s=cfg.power_horizon_s)  # fmt: skip
+        if now_score.F - reached_f <= cfg.margin + cycles:
             return Decision("deferred", now_score.F, reached_f,
                             f"the solver's placement (F {now_score.F:.4f} -> {solver_f:.4f}) "
                             f"needs moves that cannot be ordered now; the {len(plan.steps)} "
                             f"steps that can would reach F {reached_f:.4f}, not more than "
-                            f"repack.margin {cfg.margin:g} better: nothing planned{deferred}",
+                            f"repack.margin {cfg.margin:g}{_cycles_note(cycles, emptied)} "
+                            f"better: nothing planned{deferred}",
                             plan, hot, solver_f, now_score.raw, reached_raw,
                             result.score.raw, result, options)  # fmt: skip
     return Decision("planned", now_score.F, reached_f,
