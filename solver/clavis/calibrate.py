@@ -18,11 +18,15 @@ with the lower regret; the thesis method on a tie, as the published procedure.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 from scipy.optimize import linprog
+
+from clavis.model import CalibrationOutcome, Front, ObjectiveValues, WeightsFile
 
 Matrix = npt.NDArray[np.float64]
 METHODS = ("thesis", "inverse")
@@ -142,3 +146,68 @@ def calibrate(picks: Matrix, front: Matrix) -> tuple[dict[str, Outcome | str], s
         f"(mean regret {t.regret:.4g} vs {i.regret:.4g}); it is the published procedure"
     )
     return results, "thesis", reason
+
+
+# --- a front's picks: the one rule `clavis calibrate` and clavisd apply ----------------
+
+Method = Literal["thesis", "inverse"]
+
+
+def outcome_doc(name: str, o: Outcome | str, objectives: Sequence[str]) -> CalibrationOutcome:
+    """One method's answer as the weights file records it (an error text, or weights for
+    every objective of P, D, C, M: 0 for those the front was not searched on)."""
+    if isinstance(o, str):
+        return CalibrationOutcome(method=name, error=o)
+    full = dict.fromkeys("PDCM", 0.0) | dict(zip(objectives, o.weights, strict=True))
+    return CalibrationOutcome(method=name, weights=ObjectiveValues(**full), residual=o.residual,
+                              regret=o.regret)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class PickedWeights:
+    """Both methods' answers for picks of a front, and which one is recommended."""
+
+    picks: tuple[int, ...]
+    outcomes: tuple[CalibrationOutcome, ...]  # thesis, then inverse
+    recommended: Method
+    reason: str
+
+    def refusal(self, method: Method | None) -> str | None:
+        """Why no weights are taken with ``method``, or None. Without a method (the
+        recommended one), any failed method refuses: a degenerate or negative system is
+        the admin's to see, and the other method's weights are taken only by name."""
+        named = [o for o in self.outcomes if method is None or o.method == method]
+        failed = next((o for o in named if o.error is not None), None)
+        return None if failed is None else f"the {failed.method} method failed: {failed.error}"
+
+    def weights_file(self, method: Method | None, front_sha256: str) -> WeightsFile:
+        """The weights file `clavis calibrate` writes and POST /fronts/{id}/picks stores;
+        CalibrationError with the refusal when there is one."""
+        why = self.refusal(method)
+        if why is not None:
+            raise CalibrationError(why)
+        use = method or self.recommended
+        chosen = next(o for o in self.outcomes if o.method == use)
+        assert chosen.weights is not None  # no refusal: the method answered
+        return WeightsFile(weights=chosen.weights, method=use, recommended=self.recommended,
+                           reason=self.reason, picks=list(self.picks),
+                           front_sha256=front_sha256, outcomes=list(self.outcomes))  # fmt: skip
+
+
+def calibrate_picks(front: Front, picks: Sequence[int]) -> PickedWeights:
+    """Both methods for schedules ``picks`` (ids) of ``front``, on its normalised values;
+    CalibrationError for an unknown or repeated id, or when no method gives weights."""
+    by_id = {p.id: p for p in front.points}
+    unknown = [p for p in picks if p not in by_id]
+    if unknown:
+        raise CalibrationError(f"no schedule with id {unknown[0]} in the front "
+                               f"(ids run 0..{max(by_id, default=0)})")  # fmt: skip
+    if len(set(picks)) != len(picks):
+        raise CalibrationError("a schedule is picked twice")
+    names = list(front.search.objectives)
+    matrix = np.array([[getattr(p.normalised, n) for n in names] for p in front.points])
+    chosen = np.array([[getattr(by_id[k].normalised, n) for n in names] for k in picks])
+    results, recommended, reason = calibrate(chosen, matrix)
+    outcomes = tuple(outcome_doc(m, results[m], names) for m in METHODS)
+    best: Method = "inverse" if recommended == "inverse" else "thesis"
+    return PickedWeights(tuple(picks), outcomes, best, reason)

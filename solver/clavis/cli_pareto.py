@@ -9,13 +9,11 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
-
-from clavis.calibrate import CalibrationError, Outcome, calibrate
+from clavis.calibrate import CalibrationError, calibrate_picks
 from clavis.documents import InputError, load, load_cluster, load_placement, load_workload
 from clavis.documents import write_json_atomic as write
 from clavis.instance import build_instance
-from clavis.model import CalibrationOutcome, Front, ObjectiveValues, WeightsFile
+from clavis.model import CalibrationOutcome, Front
 from clavis.pareto import (
     ALGORITHMS,
     Generation,
@@ -117,18 +115,6 @@ def _parse_picks(text: str) -> list[int]:
     return picks
 
 
-def _outcome_doc(name: str, o: Outcome | str, objectives: Sequence[str]) -> CalibrationOutcome:
-    if isinstance(o, str):
-        return CalibrationOutcome(method=name, error=o)
-    full = dict.fromkeys("PDCM", 0.0) | dict(zip(objectives, o.weights, strict=True))
-    return CalibrationOutcome(
-        method=name,
-        weights=ObjectiveValues(**full),
-        residual=o.residual,
-        regret=o.regret,
-    )
-
-
 def _print_outcomes(outcomes: Sequence[CalibrationOutcome]) -> None:
     print("method   " + "  ".join(f"{n:>7}" for n in "PDCM") + "   residual   regret")
     for o in outcomes:
@@ -143,45 +129,19 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     path = Path(args.front)
     front = load(Front, path)
     picks = _parse_picks(args.pick)
-    by_id = {p.id: p for p in front.points}
-    unknown = [p for p in picks if p not in by_id]
-    if unknown:
-        raise InputError(
-            f"--pick: no schedule with id {unknown[0]} in {path} (ids run 0..{max(by_id)})"
-        )
-    names = list(front.search.objectives)
-    matrix = np.array([[getattr(p.normalised, n) for n in names] for p in front.points])
-    chosen = np.array([[getattr(by_id[k].normalised, n) for n in names] for k in picks])
     try:
-        results, recommended, reason = calibrate(chosen, matrix)
+        picked = calibrate_picks(front, picks)
     except CalibrationError as exc:
-        raise InputError(str(exc)) from exc
-    outcomes = [_outcome_doc(n, results[n], names) for n in ("thesis", "inverse")]
-    _print_outcomes(outcomes)
-    method = args.method or recommended
-    picked = results[method]
-    if isinstance(picked, str):
-        raise InputError(f"--method {method}: {picked}")
-    failed = [o for o in outcomes if o.error is not None]
-    if args.method is None and failed:
-        # A degenerate or negative system is the admin's to see: weights from the other
-        # method are written only when asked for by name.
-        raise InputError(
-            f"the {failed[0].method} method failed: {failed[0].error}; nothing written "
-            f"(pass --method {method} to write the {method} weights anyway)"
-        )
-    chosen_doc = next(o for o in outcomes if o.method == method)
-    assert chosen_doc.weights is not None
-    doc = WeightsFile(
-        weights=chosen_doc.weights,
-        method=method,
-        recommended=recommended,
-        reason=reason,
-        picks=picks,
-        front_sha256=hashlib.sha256(path.read_bytes()).hexdigest(),
-        outcomes=outcomes,
-    )
-    print(f"recommended: {reason}")
+        raise InputError(f"--pick: {exc} ({path})") from exc
+    _print_outcomes(picked.outcomes)
+    method = args.method or picked.recommended
+    why = picked.refusal(args.method)
+    if why is not None:
+        way_out = "" if args.method is not None else \
+            f" (pass --method {method} to write the {method} weights anyway)"  # fmt: skip
+        raise InputError(f"{why}; nothing written{way_out}")
+    doc = picked.weights_file(args.method, hashlib.sha256(path.read_bytes()).hexdigest())
+    print(f"recommended: {picked.reason}")
     if args.out:
         write(Path(args.out), doc.model_dump(mode="json"))
         print(f"wrote {args.out} ({method} weights)")

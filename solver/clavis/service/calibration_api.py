@@ -5,17 +5,15 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-import numpy as np
 from fastapi import APIRouter, HTTPException, Path, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy import insert, select
 
-from clavis.calibrate import CalibrationError, Outcome, calibrate
+from clavis.calibrate import CalibrationError, calibrate_picks
 from clavis.documents import describe
-from clavis.model import CalibrationOutcome, Front, ObjectiveValues, WeightsFile
+from clavis.model import Front, WeightsFile
 from clavis.service import tables as t
 from clavis.service.snapshot import cluster_mismatch
 
@@ -53,46 +51,6 @@ def _front_row(d: Clavisd, front_id: int) -> tuple[Front, str]:
     if doc is None:
         raise HTTPException(404, f"no front {front_id}")
     return Front.model_validate_json(doc), hashlib.sha256(doc.encode()).hexdigest()
-
-
-def _outcome(
-    name: Literal["thesis", "inverse"], o: Outcome | str, names: Sequence[str]
-) -> CalibrationOutcome:
-    if isinstance(o, str):
-        return CalibrationOutcome(method=name, error=o)
-    full = dict.fromkeys("PDCM", 0.0) | dict(zip(names, o.weights, strict=True))
-    return CalibrationOutcome(method=name, weights=ObjectiveValues(**full), residual=o.residual,
-                              regret=o.regret)  # fmt: skip
-
-
-def weights_from_picks(front: Front, sha256: str, picks: list[int],
-                       method: Literal["thesis", "inverse"] | None) -> WeightsFile:  # fmt: skip
-    """The same document `clavis calibrate` writes; CalibrationError when refused."""
-    by_id = {p.id: p for p in front.points}
-    unknown = [p for p in picks if p not in by_id]
-    if unknown:
-        raise CalibrationError(f"no schedule with id {unknown[0]} in the front")
-    if len(set(picks)) != len(picks):
-        raise CalibrationError("a schedule is picked twice")
-    names = list(front.search.objectives)
-    matrix = np.array([[getattr(p.normalised, n) for n in names] for p in front.points])
-    chosen = np.array([[getattr(by_id[k].normalised, n) for n in names] for k in picks])
-    results, recommended, reason = calibrate(chosen, matrix)
-    use: Literal["thesis", "inverse"] = method or recommended  # type: ignore[assignment]
-    outcomes = [_outcome("thesis", results["thesis"], names),
-                _outcome("inverse", results["inverse"], names)]  # fmt: skip
-    mine = next(o for o in outcomes if o.method == use)
-    if mine.weights is None:
-        raise CalibrationError(f"method {use}: {mine.error}")
-    return WeightsFile(
-        weights=mine.weights,
-        method=use,
-        recommended=recommended,
-        reason=reason,
-        picks=picks,
-        front_sha256=sha256,
-        outcomes=outcomes,
-    )
 
 
 def router(admin: Any, viewer: Any, errors: dict[int | str, dict[str, Any]]) -> APIRouter:
@@ -143,9 +101,11 @@ def router(admin: Any, viewer: Any, errors: dict[int | str, dict[str, Any]]) -> 
         d: Clavisd = request.app.state.clavisd
         front, sha = _front_row(d, front_id)
         try:
-            doc = weights_from_picks(front, sha, body.picks, body.method)
+            picked = calibrate_picks(front, body.picks)
+            doc = picked.weights_file(body.method, sha)
         except CalibrationError as exc:
-            raise HTTPException(422, f"picks refused: {exc}") from None
+            way_out = "" if body.method is not None else " (name a method to take its weights)"
+            raise HTTPException(422, f"picks refused: {exc}{way_out}") from None
         now = time.time()
         with d.store.engine.begin() as conn:
             conn.execute(insert(t.picks).values(front_id=front_id, points=str(body.picks),

@@ -17,19 +17,18 @@ import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-import numpy as np
 from fastapi import APIRouter, HTTPException, Path, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
 
-from clavis.calibrate import CalibrationError, calibrate
+from clavis.calibrate import CalibrationError, calibrate_picks
 from clavis.documents import InputError
 from clavis.model import CalibrationOutcome, Front
 from clavis.pareto import Generation
 from clavis.service import tables as t
 from clavis.service.auth import token_digest
-from clavis.service.calibration_api import _front_row, _outcome
+from clavis.service.calibration_api import _front_row
 from clavis.service.front_runs import (
     FrontRun,
     FrontRunner,
@@ -218,29 +217,16 @@ def router(admin: Any, viewer: Any, errors: dict[int | str, dict[str, Any]]) -> 
         """Both methods' weights for the picks, as `clavis calibrate` prints them; stores
         nothing (POST /fronts/{id}/picks makes weights current)."""
         front, _sha = _front_row(request.app.state.clavisd, front_id)
-        by_id = {p.id: p for p in front.points}
-        unknown = [p for p in body.picks if p not in by_id]
-        if unknown:
-            raise HTTPException(422, f"picks refused: no schedule with id {unknown[0]}")
-        if len(set(body.picks)) != len(body.picks):
-            raise HTTPException(422, "picks refused: a schedule is picked twice")
-        names = list(front.search.objectives)
-        matrix = np.array([[getattr(p.normalised, n) for n in names] for p in front.points])
-        chosen = np.array([[getattr(by_id[k].normalised, n) for n in names] for k in body.picks])
         try:
-            results, recommended, reason = calibrate(chosen, matrix)
+            picked = calibrate_picks(front, body.picks)
         except CalibrationError as exc:
             raise HTTPException(422, f"picks refused: {exc}") from None
-        outcomes = [_outcome("thesis", results["thesis"], names),
-                    _outcome("inverse", results["inverse"], names)]  # fmt: skip
-        failed = next((o for o in outcomes if o.error is not None), None)
-        refusal = None
-        if failed is not None:
-            refusal = (f"the {failed.method} method failed: {failed.error}; make the "
-                       f"{recommended} weights current only by naming that method")  # fmt: skip
-        return CalibrationPreview(picks=body.picks, outcomes=outcomes,
-                                  recommended=recommended,
-                                  reason=reason, refusal=refusal)  # fmt: skip
+        why, use = picked.refusal(None), picked.recommended
+        refusal = None if why is None else \
+            f"{why}; make the {use} weights current only by naming that method"  # fmt: skip
+        return CalibrationPreview(picks=body.picks, outcomes=list(picked.outcomes),
+                                  recommended=picked.recommended,
+                                  reason=picked.reason, refusal=refusal)  # fmt: skip
 
     @r.get("/advice", response_model=AdviceState, responses=errors)
     def advice_state(request: Request, _: str = viewer) -> AdviceState:

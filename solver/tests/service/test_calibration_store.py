@@ -84,3 +84,33 @@ def test_retention_downsamples_then_drops(client: TestClient, clavisd: Clavisd) 
     assert len(x) == len(raw) + len(means)
     store.apply_retention(now + 2000, raw_s=30, keep_s=1000, bucket_s=60)
     assert store.count(t.host_samples) == 0
+
+
+def test_picks_where_a_method_fails_are_refused_as_the_cli_refuses_them(
+    client: TestClient,
+) -> None:
+    """One rule for `clavis calibrate` and POST /fronts/{id}/picks (issue 15): without a
+    method, a method that failed refuses (the thesis system of these picks needs a
+    negative weight); naming the other method takes its weights. The API took the
+    recommended method's weights before, where the CLI wrote nothing."""
+    admin = login(client, "ada")
+    front = worked_front()
+    base = front["points"][0]
+    negative = [(1.0, 0.0, 0.0), (0.0, 1.0, 0.0), (1.0, 1.0, 1.0)]  # Eq. 5.1: (1, 1, -1)
+    front["points"] = [{**base, "id": k, "normalised": {"P": p, "D": d, "C": c, "M": 0.0}}
+                       for k, (p, d, c) in enumerate(negative)]  # fmt: skip
+    fid = client.post("/api/v1/fronts", json=front, headers=admin).json()["id"]
+    url = f"/api/v1/fronts/{fid}/picks"
+    r = client.post(url, json={"picks": [0, 1, 2]}, headers=admin)
+    assert r.status_code == 422, r.text
+    assert "the thesis method failed" in r.json()["detail"]
+    assert client.get("/api/v1/weights", headers=admin).json()["source"] == "configured"
+    preview = client.post(f"/api/v1/fronts/{fid}/calibrate", json={"picks": [0, 1, 2]},
+                          headers=admin).json()  # fmt: skip
+    assert preview["refusal"].startswith("the thesis method failed")
+    r = client.post(url, json={"picks": [0, 1, 2], "method": "thesis"}, headers=admin)
+    assert r.status_code == 422 and "the thesis method failed" in r.json()["detail"]
+    r = client.post(url, json={"picks": [0, 1, 2], "method": "inverse"}, headers=admin)
+    assert r.status_code == 200, r.text
+    assert r.json()["weights"]["method"] == "inverse"
+    assert client.get("/api/v1/weights", headers=admin).json()["source"] == "calibrated"
