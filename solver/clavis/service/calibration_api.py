@@ -9,12 +9,10 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Path, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from sqlalchemy import insert, select
 
 from clavis.calibrate import CalibrationError, calibrate_picks
 from clavis.documents import describe
 from clavis.model import Front, WeightsFile
-from clavis.service import tables as t
 from clavis.service.snapshot import cluster_mismatch
 
 if TYPE_CHECKING:
@@ -46,11 +44,10 @@ class PicksOut(BaseModel):
 
 
 def _front_row(d: Clavisd, front_id: int) -> tuple[Front, str]:
-    with d.store.engine.connect() as conn:
-        doc = conn.execute(select(t.fronts.c.doc).where(t.fronts.c.id == front_id)).scalar()
-    if doc is None:
+    row = d.store.front(front_id)
+    if row is None:
         raise HTTPException(404, f"no front {front_id}")
-    return Front.model_validate_json(doc), hashlib.sha256(doc.encode()).hexdigest()
+    return Front.model_validate_json(row.doc), hashlib.sha256(row.doc.encode()).hexdigest()
 
 
 def router(admin: Any, viewer: Any, errors: dict[int | str, dict[str, Any]]) -> APIRouter:
@@ -80,19 +77,14 @@ def router(admin: Any, viewer: Any, errors: dict[int | str, dict[str, Any]]) -> 
         other = cluster_mismatch(front.cluster, d.cluster)
         if other is not None:
             raise HTTPException(422, f"front is for another cluster: {other}")
-        text = body.decode()
-        with d.store.engine.begin() as conn:
-            res = conn.execute(insert(t.fronts).values(created=time.time(), doc=text))
-            fid = int(res.inserted_primary_key[0])  # type: ignore[index]
-        return _summary(fid, time.time(), front, text)
+        text, now = body.decode(), time.time()
+        return _summary(d.store.add_front(text, now), now, front, text)
 
     @r.get("/fronts", response_model=list[FrontSummary], responses=errors)
     def list_fronts(request: Request, _: str = viewer) -> list[FrontSummary]:
         d: Clavisd = request.app.state.clavisd
-        with d.store.engine.connect() as conn:
-            rows = conn.execute(select(t.fronts).order_by(t.fronts.c.id)).all()
         return [_summary(row.id, row.created, Front.model_validate_json(row.doc), row.doc)
-                for row in rows]  # fmt: skip
+                for row in d.store.fronts()]  # fmt: skip
 
     @r.post("/fronts/{front_id}/picks", response_model=PicksOut,
             responses={**errors, 404: errors[401], 422: errors[401]})  # fmt: skip
@@ -107,9 +99,7 @@ def router(admin: Any, viewer: Any, errors: dict[int | str, dict[str, Any]]) -> 
             way_out = "" if body.method is not None else " (name a method to take its weights)"
             raise HTTPException(422, f"picks refused: {exc}{way_out}") from None
         now = time.time()
-        with d.store.engine.begin() as conn:
-            conn.execute(insert(t.picks).values(front_id=front_id, points=str(body.picks),
-                                                user=user, created=now))  # fmt: skip
+        d.store.add_picks(front_id, body.picks, user, now)
         wid = d.store.add_weights(doc.model_dump_json(), user, now)
         return PicksOut(weights=doc, weights_id=wid)
 

@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import insert, select
 
 from clavis.documents import InputError
 from clavis.instance import build_instance
@@ -36,7 +35,6 @@ from clavis.pareto import (
     seed_placements,
 )
 from clavis.pareto_document import front_document
-from clavis.service import tables as t
 from clavis.service.snapshot import Snapshot
 from clavis.service.store import Store
 
@@ -81,11 +79,10 @@ class NoSuchFrontError(LookupError):
 def front_source(store: Store, front_id: int) -> Snapshot:
     """A stored front's inputs as the run's snapshot: its cluster, workload and current
     placement (none for a front computed without one)."""
-    with store.engine.connect() as conn:
-        doc = conn.execute(select(t.fronts.c.doc).where(t.fronts.c.id == front_id)).scalar()
-    if doc is None:
+    row = store.front(front_id)
+    if row is None:
         raise NoSuchFrontError(f"no front {front_id}")
-    front = Front.model_validate_json(doc)
+    front = Front.model_validate_json(row.doc)
     return Snapshot(front.cluster, front.workload, front.current or Placement(assignment={}))
 
 
@@ -107,10 +104,7 @@ class FrontRun:
 
 def store_front(store: Store, front: Front, now: float) -> int:
     """Insert a front document as POST /fronts does; its id."""
-    text = front.model_dump_json(by_alias=True)
-    with store.engine.begin() as conn:
-        res = conn.execute(insert(t.fronts).values(created=now, doc=text))
-        return int(res.inserted_primary_key[0])  # type: ignore[index]
+    return store.add_front(front.model_dump_json(by_alias=True), now)
 
 
 def sha256_of(front: Front) -> str:

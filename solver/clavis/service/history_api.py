@@ -9,10 +9,8 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import select
 
 from clavis.model import ObjectiveValues, WeightsFile
-from clavis.service import tables as t
 
 Limit = Annotated[int, Query(ge=1, le=5000, description="Newest entries first, at most this many.")]
 
@@ -48,12 +46,8 @@ def router(viewer: Any, errors: dict[int | str, dict[str, Any]]) -> APIRouter:
         request: Request, limit: Limit = 500, _: str = viewer
     ) -> list[CalibrationEntry]:
         """Weights made current, newest first (POST /weights or /fronts/{id}/picks)."""
-        w = t.weights
-        q = select(w.c.id, w.c.created, w.c.user, w.c.doc).order_by(w.c.id.desc()).limit(limit)
-        with request.app.state.clavisd.store.engine.connect() as conn:
-            rows = conn.execute(q).all()
         out = []
-        for row in rows:
+        for row in request.app.state.clavisd.store.weights_history(limit):
             doc = WeightsFile.model_validate_json(row.doc)
             out.append(CalibrationEntry(id=row.id, created=row.created, user=row.user,
                                         method=doc.method, weights=doc.weights, picks=doc.picks,
@@ -63,11 +57,8 @@ def router(viewer: Any, errors: dict[int | str, dict[str, Any]]) -> APIRouter:
     @r.get("/class-changes", response_model=list[ClassChange], responses=errors)
     def class_changes(request: Request, limit: Limit = 500, _: str = viewer) -> list[ClassChange]:
         """Containers' class changes, newest first (docs/clavisd.md, classification)."""
-        c = t.classifications
-        q = select(c).order_by(c.c.id.desc()).limit(limit)
-        with request.app.state.clavisd.store.engine.connect() as conn:
-            rows = conn.execute(q).all()
         return [ClassChange(id=x.id, ts=x.ts, container=x.container, job=x.job, klass=x.klass,
-                            source=x.source) for x in rows]  # fmt: skip
+                            source=x.source)
+                for x in request.app.state.clavisd.store.class_changes(limit)]  # fmt: skip
 
     return r

@@ -95,11 +95,43 @@ class PowerModelRow:
 
 @dataclass(frozen=True)
 class Session:
-    """A stored UI session: who, the role granted, and what it was granted from."""
+    """A stored UI session: who, the role granted, what it was granted from, until when."""
 
     user: str
     role: str
     credential: str
+    expires: float
+
+
+@dataclass(frozen=True)
+class FrontRow:
+    """A stored front document (`clavis pareto`'s format) as it was posted."""
+
+    id: int
+    created: float
+    doc: str
+
+
+@dataclass(frozen=True)
+class WeightsRow:
+    """A weights file made current (a WeightsFile document), by whom and when."""
+
+    id: int
+    created: float
+    user: str
+    doc: str
+
+
+@dataclass(frozen=True)
+class ClassChangeRow:
+    """A container's class change."""
+
+    id: int
+    container: str
+    job: str | None
+    klass: str
+    source: str
+    ts: float
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,9 @@ from clavis.service.plan import Move, Step
 from clavis.service.power import PowerFit
 from clavis.service.rows import (
     AppClassRow,
+    ClassChangeRow,
     ContainerRow,
+    FrontRow,
     HostRow,
     JobRow,
     PlacementInput,
@@ -35,6 +37,7 @@ from clavis.service.rows import (
     Session,
     StepEvent,
     StoredStep,
+    WeightsRow,
 )
 
 
@@ -259,12 +262,48 @@ class Store:
             r = conn.execute(insert(t.weights).values(created=now, user=user, doc=doc))
             return int(r.inserted_primary_key[0])  # type: ignore[index]
 
+    def weights_history(self, limit: int) -> list[WeightsRow]:
+        """Weights made current, newest first."""
+        w = t.weights
+        q = select(w.c.id, w.c.created, w.c.user, w.c.doc).order_by(w.c.id.desc()).limit(limit)
+        with self.engine.connect() as conn:
+            return [WeightsRow(**r._mapping) for r in conn.execute(q)]
+
     def current_weights(self) -> tuple[int, str] | None:
         """The newest stored weights file: its id and document."""
         q = select(t.weights.c.id, t.weights.c.doc).order_by(t.weights.c.id.desc()).limit(1)
         with self.engine.connect() as conn:
             r = conn.execute(q).first()
         return None if r is None else (int(r[0]), str(r[1]))
+
+    # --- fronts and picks (calibration) -----------------------------------------------
+
+    def add_front(self, doc: str, now: float) -> int:
+        with self.engine.begin() as conn:
+            r = conn.execute(insert(t.fronts).values(created=now, doc=doc))
+            return int(r.inserted_primary_key[0])  # type: ignore[index]
+
+    def front(self, front_id: int) -> FrontRow | None:
+        with self.engine.connect() as conn:
+            r = conn.execute(select(t.fronts).where(t.fronts.c.id == front_id)).first()
+        return None if r is None else FrontRow(**r._mapping)
+
+    def fronts(self) -> list[FrontRow]:
+        with self.engine.connect() as conn:
+            return [FrontRow(**r._mapping)
+                    for r in conn.execute(select(t.fronts).order_by(t.fronts.c.id))]  # fmt: skip
+
+    def add_picks(self, front_id: int, picks: Sequence[int], user: str, now: float) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(insert(t.picks).values(front_id=front_id, points=str(list(picks)),
+                                                user=user, created=now))  # fmt: skip
+
+    def class_changes(self, limit: int) -> list[ClassChangeRow]:
+        """Containers' class changes, newest first."""
+        c = t.classifications
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(c).order_by(c.c.id.desc()).limit(limit))
+            return [ClassChangeRow(**r._mapping) for r in rows]
 
     # --- plans and steps (the audit log) ------------------------------------------------
 
@@ -408,12 +447,12 @@ class Store:
 
     def session(self, token_sha256: str, now: float) -> Session | None:
         s = t.sessions
-        q = select(s.c.user, s.c.role, s.c.credential).where(
+        q = select(s.c.user, s.c.role, s.c.credential, s.c.expires).where(
             (s.c.token_sha256 == token_sha256) & (s.c.expires > now)
         )
         with self.engine.connect() as conn:
             r = conn.execute(q).first()
-        return None if r is None else Session(r[0], r[1], r[2] or "")
+        return None if r is None else Session(r.user, r.role, r.credential or "", r.expires)
 
     def drop_session(self, token_sha256: str) -> bool:
         """End one session (logout); False if there was none."""

@@ -20,13 +20,11 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from fastapi import APIRouter, HTTPException, Path, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import select
 
 from clavis.calibrate import CalibrationError, calibrate_picks
 from clavis.documents import InputError
 from clavis.model import CalibrationOutcome, Front
 from clavis.pareto import Generation
-from clavis.service import tables as t
 from clavis.service.auth import token_digest
 from clavis.service.calibration_api import _front_row
 from clavis.service.front_runs import (
@@ -253,11 +251,10 @@ def router(admin: Any, viewer: Any, errors: dict[int | str, dict[str, Any]]) -> 
         auth = request.headers.get("authorization", "")
         if not auth.lower().startswith("bearer "):  # a signed request: root on the head
             return Me(user=user, role="admin", expires=0.0)
-        s = t.sessions
-        q = select(s.c.role, s.c.expires).where(s.c.token_sha256 == token_digest(auth[7:].strip()))
-        with d.store.engine.connect() as conn:
-            row = conn.execute(q).one()  # the dependency just found it
-        return Me(user=user, role=row.role, expires=row.expires)
+        found = d.store.session(token_digest(auth[7:].strip()), time.time())
+        if found is None:  # ended between the role check and here
+            raise HTTPException(401, "unauthenticated: unknown or expired session")
+        return Me(user=user, role=found.role, expires=found.expires)
 
     return r
 
