@@ -8,7 +8,7 @@ include deploy/testbed/testbed.mk
 
 .PHONY: demo demo-parapluie test lint typecheck unit bench-solver bench-pareto bench-ingest schemas clean \
 	bench-realistic bench-realistic-quick postgres-install monitor-install bench-monitor bench-testbed bench-migration bench-demo slurm-plugin \
-	ui-install ui ui-test bench-ui bench-migration-faults bench-chaos bench-chaos-quick
+	ui-install ui ui-test bench-ui bench-migration-faults bench-chaos bench-chaos-quick bench-power
 
 $(STAMP): solver/requirements.lock solver/pyproject.toml contracts/pyproject.toml monitor/pyproject.toml migrator/pyproject.toml \
 	    deploy/bootstrap/python.sh
@@ -48,7 +48,7 @@ typecheck: $(STAMP)
 	    bench/ingest/ingest_bench.py bench/monitor/monitor_bench.py bench/testbed/testbed_bench.py bench/ui/hover_bench.py \
 	    bench/testbed/demo_bench.py \
 	    bench/plugin/plugin_bench.py \
-	    bench/migration/migration_bench.py bench/chaos/chaos_bench.py \
+	    bench/migration/migration_bench.py bench/chaos/chaos_bench.py bench/power/power_bench.py \
 	    monitor/clavis_monitor migrator/clavis_migrator
 	$(VENV)/bin/mypy bench/migration/faults.py
 
@@ -119,6 +119,11 @@ bench-migration: $(STAMP) testbed-install
 # `make demo` cold and warm (root; takes the testbed tests' lock)
 bench-demo: $(STAMP) testbed-install slurm-plugin
 	flock /tmp/clavis-bench.lock $(PY) bench/testbed/demo_bench.py
+
+# issue 17: energy over a scripted day of load (BMC watts integrated) with power management
+# off and on, and the job start delay it adds (root; about 13 minutes: two testbed days)
+bench-power: $(STAMP) testbed-install slurm-plugin
+	flock /tmp/clavis-bench.lock $(PY) bench/power/power_bench.py
 
 # issue 15's faults and hostile input against a real clavisd on loopback, a 30-minute
 # clavisd outage under 64 simulated hosts and 10 kill -9 under ingest load (about 40
