@@ -1,6 +1,6 @@
 """Energy over a scripted day of load, power management on vs off (issue 17).
 
-    python bench/power/power_bench.py [--hour-s 12] [--no-write]
+    python bench/power/power_bench.py [--hour-s 12] [--no-write | --render]
 
 Root only; holds the testbed tests' lock (tests/integration/conftest.py), and `make
 bench-power` runs it under the bench lock too. Both modes run in one invocation on a
@@ -262,7 +262,11 @@ standby {doc["topology"]["power"]["standby_w"]} W; BMC watts read over DCMI ever
 and integrated). Off: `up --stack`, every host on. On: `up --power-save` (Slurm
 SuspendTime 10 s, ResumeTimeout {RESUME_TIMEOUT_S:g} s, the first host kept on; clavisd grace
 3 s, min_on 10 s, min_off 3 s), started {on["settle_s"]} s after up, once the idle cluster
-had powered down.
+had powered down. One day per mode (energies are of that one day each; delays are medians
+and percentiles over its {on["jobs"]} jobs); jobs sleep, so no core is busy and every host
+reads its idle or its standby watts. The evening powers down late (hours 17-20 near full
+power): with 12 s hours each hour's jobs land on nodes other jobs left moments before, so
+few nodes stay idle for SuspendTime (10 s), and a host goes off only once all its nodes have.
 
 | | off | on |
 |---|---|---|
@@ -288,7 +292,16 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hour-s", type=float, default=12.0, help="seconds per scripted hour")
     ap.add_argument("--no-write", action="store_true", help="print, do not write results")
+    ap.add_argument(
+        "--render",
+        action="store_true",
+        help="redraw the docs section from bench/results/power.json, run nothing",
+    )
     args = ap.parse_args()
+    if args.render:
+        doc = json.loads((ROOT / "bench" / "results" / "power.json").read_text())
+        write_section(ROOT / "docs" / "benchmarks.md", SECTION, render(doc))
+        return 0
     if os.geteuid() != 0:
         print("power_bench: needs root (the testbed)", file=sys.stderr)
         return 1
