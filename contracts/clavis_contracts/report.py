@@ -15,9 +15,11 @@ from clavis_contracts.application import is_app_key
 from clavis_contracts.common import AwareDatetime, Name, Strict
 
 # Version 2 added ContainerSample.class_hint, the "emulated" intensity source and the
-# application key format of ``app`` (clavis_contracts.application). Version 1 reports
-# are still accepted, without those, so monitors can be upgraded after clavisd.
-REPORT_VERSION: Final = 2
+# application key format of ``app`` (clavis_contracts.application). Version 3 added the
+# host's memory (MonitorReport.memory_bytes), which every container's memory must fit.
+# Reports of earlier versions are still accepted, without those, so monitors can be
+# upgraded after clavisd.
+REPORT_VERSION: Final = 3
 MAX_CONTAINERS: Final = 1024
 MAX_PEERS: Final = 4096
 
@@ -91,13 +93,22 @@ class ContainerSample(Strict):
 
 
 class MonitorReport(Strict):
-    schema_version: Literal[1, 2] = REPORT_VERSION
+    schema_version: Literal[1, 2, 3] = REPORT_VERSION
     kind: Literal["clavis.report"] = "clavis.report"
     host: Name
     timestamp: AwareDatetime = Field(description="End of the sampled interval.")
     interval_s: float = Field(gt=0, le=3600, description="Length of the sampled interval.")
     busy_cores: float = Field(ge=0, le=65536, description="Mean busy cores of the whole host.")
     power: PowerReading
+    memory_bytes: int | None = Field(
+        default=None,
+        ge=1,
+        le=2**50,
+        description="The host's memory (MemTotal); null when not measured. Every container's "
+        "memory_bytes must be at most this (a container's limit, or the host's memory when it "
+        "has none; limits may add up to more: they are caps, not reservations). Schema "
+        "version 3.",
+    )
     containers: list[ContainerSample] = Field(default_factory=list, max_length=MAX_CONTAINERS)
 
     @field_validator("containers")
@@ -110,6 +121,13 @@ class MonitorReport(Strict):
 
     @model_validator(mode="after")
     def _versioned(self) -> MonitorReport:
+        if self.memory_bytes is not None:
+            if self.schema_version < 3:
+                raise ValueError("memory_bytes needs schema_version 3")
+            for c in self.containers:
+                if c.memory_bytes > self.memory_bytes:
+                    raise ValueError(f"container {c.name!r} has {c.memory_bytes} bytes of "
+                                     f"memory but the host has {self.memory_bytes}")  # fmt: skip
         for c in self.containers:
             if self.schema_version == 1:
                 if c.class_hint is not None or c.intensity_source == "emulated":

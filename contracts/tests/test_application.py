@@ -67,7 +67,7 @@ def test_is_app_key(text: str, ok: bool) -> None:
 
 
 def test_v2_report_carries_hint_key_and_emulated_source() -> None:
-    r = MonitorReport.model_validate(report())
+    r = MonitorReport.model_validate({**report(), "schema_version": 2})
     assert r.schema_version == 2
     c = r.containers[0]
     assert (c.app, c.class_hint, c.intensity_source) == ("1000:stream.sh", "devil", "emulated")

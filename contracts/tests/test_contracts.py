@@ -66,13 +66,28 @@ def test_a_good_report_validates_and_round_trips() -> None:
         ({"busy_cores": -1}, "greater than or equal"),
         ({"extra": 1}, "Extra inputs"),
         ({"host": "bad host"}, "pattern"),
-        ({"schema_version": 3}, "Input should be 1 or 2"),
+        ({"schema_version": 4}, "Input should be 1, 2 or 3"),
         ({"interval_s": float("nan")}, "finite"),
     ],
 )
 def test_bad_reports_are_refused_with_the_reason(change: dict[str, Any], words: str) -> None:
     with pytest.raises(ValidationError, match=words):
         MonitorReport.model_validate(report(**change))
+
+
+def test_a_report_with_host_memory_fits_every_container_in_it() -> None:
+    """Schema version 3: the host's memory, which each container's memory must fit (both
+    ends validate: the monitor builds its report with this model, clavisd reads it)."""
+    ok = MonitorReport.model_validate(report(memory_bytes=2**30))
+    assert ok.schema_version == 3 and ok.memory_bytes == 2**30
+    assert MonitorReport.model_validate(report()).memory_bytes is None  # not measured
+    with pytest.raises(ValidationError, match="container 'n1' has 1073741824 bytes of memory "
+                       "but the host has 1073741823"):  # fmt: skip
+        MonitorReport.model_validate(report(memory_bytes=2**30 - 1))
+    with pytest.raises(ValidationError, match="memory_bytes needs schema_version 3"):
+        MonitorReport.model_validate(report(memory_bytes=2**31, schema_version=2))
+    with pytest.raises(ValidationError, match="greater than or equal to 1"):
+        MonitorReport.model_validate(report(memory_bytes=0))
 
 
 def test_container_consistency() -> None:

@@ -337,6 +337,7 @@ class Agent:
             interval_s=self.cfg.interval_s,
             busy_cores=float(host.value) if host is not None else 0.0,
             power=power.value if power is not None else PowerReading(watts=None, source="none"),
+            memory_bytes=self.host_memory,  # each container's memory is capped at it
             containers=samples,
         )
 

@@ -94,7 +94,7 @@ def test_configured_emulation_is_reported_as_emulated(cgroups: CgroupSet, tmp_pa
     assert (report["e1"].intensity_mpki, report["e1"].intensity_source) == (25.0, "emulated")
     assert report["e2"].intensity_source == "unsupported"  # no made-up value
     assert agent.unsupported["e2"].startswith("no emulated counters for e2")
-    assert agent.last_report.schema_version == 2
+    assert agent.last_report.schema_version == 3
     series = {m.name: m for m in agent.metrics()}
     labels = [dict(lb) for lb, _ in series["clavis_monitor_container_intensity_mpki"].samples]
     assert labels == [{"container": "e1", "source": "emulated"}]

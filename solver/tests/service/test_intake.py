@@ -55,6 +55,29 @@ def test_a_report_larger_than_its_host_is_refused_by_name(
     assert r.status_code == 200 and r.json()["decision"] != "no-solution", r.text
 
 
+def test_a_report_whose_container_exceeds_the_hosts_memory_is_refused(
+    client: TestClient, store_url: str
+) -> None:
+    """Report schema 3 carries the host's memory (MemTotal): a container with more memory
+    than its host is refused by name, nothing stored; limits may add up to more than the
+    host (unlimited containers report the host's memory each)."""
+    now, gib = time.time(), 2**30
+    fits = {**report("h1", [container("a1", memory_bytes=4 * gib),
+                            container("b1", memory_bytes=4 * gib)], ts=now - 9),
+            "memory_bytes": 4 * gib}  # fmt: skip
+    assert _send(client, fits) == (202, "")
+    before = store_rows(store_url)
+    over = {**report("h1", [container("a1", memory_bytes=5 * gib)], ts=now - 5),
+            "memory_bytes": 4 * gib}  # fmt: skip
+    status, detail = _send(client, over)
+    assert status == 422
+    assert "container 'a1' has 5368709120 bytes of memory but the host has 4294967296" in detail
+    old = {**fits, "schema_version": 2, "timestamp": report("h1", [], ts=now - 4)["timestamp"]}
+    status, detail = _send(client, old)
+    assert status == 422 and "memory_bytes needs schema_version 3" in detail
+    assert store_rows(store_url) == before
+
+
 def test_a_container_its_host_stops_listing_leaves_the_store(
     client: TestClient, clavisd: Clavisd
 ) -> None:

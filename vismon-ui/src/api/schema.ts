@@ -1205,13 +1205,19 @@ export interface components {
              * @constant
              */
             kind: "clavis.report";
+            /**
+             * Memory Bytes
+             * @description The host's memory (MemTotal); null when not measured. Every container's memory_bytes must be at most this (a container's limit, or the host's memory when it has none; limits may add up to more: they are caps, not reservations). Schema version 3.
+             * @default null
+             */
+            memory_bytes: number | null;
             power: components["schemas"]["PowerReading"];
             /**
              * Schema Version
-             * @default 2
+             * @default 3
              * @enum {integer}
              */
-            schema_version: 1 | 2;
+            schema_version: 1 | 2 | 3;
             /**
              * Timestamp
              * Format: date-time
