@@ -17,7 +17,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
-import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,7 @@ from clavis.service.config import load_config
 from clavis.service.daemon import Clavisd
 from clavis.service.front_runs import FrontRunner
 
-from .helpers import ADMIN, contended, login, signed, worked_front, write_setup
+from .helpers import ADMIN, contended, login, send_signed_case, worked_front, write_setup
 
 EXAMPLES = 15
 REPORTS = "/api/v1/reports"
@@ -62,19 +61,6 @@ def body_bytes(case: schemathesis.Case) -> bytes:
     if case.body is None or type(case.body).__name__ == "NotSet":
         return b""
     return json.dumps(case.body).encode()
-
-
-def sign_case(case: schemathesis.Case, body: bytes, by: str) -> dict[str, str]:
-    """The signing hook: headers that sign ``case`` as sent with ``body`` by ``by``'s key
-    (a host name, or ADMIN). The path is signed as the server reads it (decoded)."""
-    path = urllib.parse.unquote(case.formatted_path)
-    return signed(path, body, method=case.method, by=by)
-
-
-def send_signed(client: TestClient, case: schemathesis.Case, body: bytes, by: str) -> Any:
-    headers = sign_case(case, body, by)
-    return client.request(case.method, case.formatted_path, params=case.query or None,
-                          content=body, headers=headers)  # fmt: skip
 
 
 def seed(client: TestClient, admin: dict[str, str]) -> dict[str, str]:
@@ -151,7 +137,7 @@ def test_every_operation_signed_or_logged_in_never_gets_a_server_error(api: Api)
                     case.body = as_of_now(case.body, host)
                 body = body_bytes(case)
                 by = case.body.get("host") if isinstance(case.body, dict) else None
-                r = send_signed(client, case, body, by if by in HOSTS else "h1")
+                r = send_signed_case(client, case, body, by if by in HOSTS else "h1")
                 calls["report"] += 1
                 calls["report-stored"] += r.status_code == 202
                 note(case, "signed by its host", r, body)
@@ -168,7 +154,7 @@ def test_every_operation_signed_or_logged_in_never_gets_a_server_error(api: Api)
                 case.path_parameters = {k: ids.get(k, v) for k, v in case.path_parameters.items()}
             if signed_by_admin:
                 body = body_bytes(case)
-                r = send_signed(client, case, body, ADMIN)
+                r = send_signed_case(client, case, body, ADMIN)
                 calls["signed"] += 1
                 note(case, "signed by the admin key", r, body)
             else:
