@@ -45,13 +45,20 @@ STORE = tb.RUN_DIR / "clavis" / "clavis.db"
 @pytest.fixture(scope="module")
 def bed() -> Iterator[dict[str, Any]]:
     tb.tb("down", check=False)
+    before = tb.snapshot()
     cp = tb.tb("up", "--power-save", check=False)
     try:
         assert cp.returncode == 0, cp.stderr[-3000:]
-        yield tb.status()
+        st = tb.status()
+        pids = [p["pid"] for p in st["processes"]]
+        yield st
     finally:
         down = tb.tb("down", check=False)
         assert down.returncode == 0, down.stderr
+    # down removes exactly what up --power-save created (hosts that were off, nodes in
+    # time namespaces and the programs' files included)
+    assert not tb.left_behind(before)
+    assert not tb.live_pids(pids)
 
 
 def _sinfo() -> dict[str, str]:
