@@ -20,11 +20,8 @@ from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 
-from clavis.service.api import serve
-from clavis.service.config import load_config
-from clavis.service.daemon import Clavisd
-
-from .helpers import ADMIN, login, send_signed_case, signed, write_setup
+from .helpers import ADMIN, login, send_signed_case, signed
+from .schemathesis_app import schema_and_client
 
 EXAMPLES = 12
 REPORTS = "/api/v1/reports"
@@ -32,15 +29,8 @@ REPORTS = "/api/v1/reports"
 
 @pytest.fixture
 def api(tmp_path: Path) -> Iterator[tuple[schemathesis.BaseSchema, TestClient, dict[str, str]]]:
-    extra = "[repack]\ninterval_s = 0\ntime_limit_s = 1\nworkers = 1\n" \
-        '[migrator]\naddress = "127.0.0.1:9"\ntimeout_s = 0.5\n'  # fmt: skip
-    d = Clavisd(load_config(write_setup(tmp_path, extra=extra)))
-    d.ingestor.start()
-    app = serve(d)
-    with TestClient(app, raise_server_exceptions=False) as client:
-        admin = login(client, "ada")
-        yield schemathesis.openapi.from_asgi("/api/v1/openapi.json", app), client, admin
-    d.stop()
+    with schema_and_client(tmp_path) as (schema, client, _):
+        yield schema, client, login(client, "ada")
 
 
 def _body_bytes(body: Any) -> bytes:

@@ -28,12 +28,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schemathesis import GenerationMode
 
-from clavis.service.api import serve
-from clavis.service.config import load_config
-from clavis.service.daemon import Clavisd
 from clavis.service.front_runs import FrontRunner
 
-from .helpers import ADMIN, contended, login, send_signed_case, worked_front, write_setup
+from .helpers import ADMIN, contended, login, send_signed_case, worked_front
+from .schemathesis_app import schema_and_client
 
 EXAMPLES = 15
 REPORTS = "/api/v1/reports"
@@ -45,15 +43,8 @@ Api = tuple[schemathesis.BaseSchema, TestClient, FrontRunner]
 
 @pytest.fixture
 def api(tmp_path: Path) -> Iterator[Api]:
-    extra = "[repack]\ninterval_s = 0\ntime_limit_s = 1\nworkers = 1\n" \
-        '[migrator]\naddress = "127.0.0.1:9"\ntimeout_s = 0.5\n'  # fmt: skip
-    d = Clavisd(load_config(write_setup(tmp_path, extra=extra)))
-    d.ingestor.start()
-    app = serve(d)
-    with TestClient(app, raise_server_exceptions=False) as client:
-        runner = app.app.app.state.front_runner  # under the limits and the fast path
-        yield schemathesis.openapi.from_asgi("/api/v1/openapi.json", app), client, runner
-    d.stop()
+    with schema_and_client(tmp_path) as got:
+        yield got
 
 
 def body_bytes(case: schemathesis.Case) -> bytes:
