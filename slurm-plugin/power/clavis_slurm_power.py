@@ -127,6 +127,33 @@ def node_sizes(scontrol: str, names: list[str]) -> list[dict[str, Any]]:
     return [sizes[n] for n in names]
 
 
+def resume_groups(names: list[str], resume_file: str, expand: Any) -> list[list[str]]:
+    """The nodes in groups, one per job of SLURM_RESUME_FILE (slurmctld's JSON:
+    {"all_nodes": HOSTLIST, "jobs": [{"job_id": N, "nodes": HOSTLIST}, ...]},
+    power_save.c), so clavisd keeps each job's nodes together; nodes of no job, or all of
+    them when the file is missing or unreadable, form one more group. ``expand``: host
+    list -> names (scontrol show hostnames)."""
+    try:
+        doc = json.loads(Path(resume_file).read_text()) if resume_file else {}
+        jobs = doc.get("jobs", []) if isinstance(doc, dict) else []
+    except (OSError, ValueError):
+        jobs = []
+    wanted, seen, groups = set(names), set(), []
+    for job in jobs if isinstance(jobs, list) else []:
+        hostlist = job.get("nodes") if isinstance(job, dict) else None
+        if not isinstance(hostlist, str) or not hostlist:
+            continue
+        try:
+            group = [n for n in expand(hostlist) if n in wanted and n not in seen]
+        except PowerError:
+            continue
+        if group:
+            groups.append(group)
+            seen.update(group)
+    rest = [n for n in names if n not in seen]
+    return groups + ([rest] if rest else [])
+
+
 def call(cfg: dict[str, Any], path: str, doc: dict[str, Any]) -> dict[str, Any]:
     key_id, secret = load_key(Path(cfg["key_file"]))
     body = json.dumps(doc).encode()
@@ -170,20 +197,26 @@ def run(action: str, hostlist: str) -> int:
     try:
         names = hostnames(scontrol, hostlist)
         if action == "suspend":
-            out = call(cfg, "/api/v1/nodes/suspend", {"nodes": names})
+            results = call(cfg, "/api/v1/nodes/suspend", {"nodes": names}).get("results", [])
         else:
-            out = call(cfg, "/api/v1/nodes/resume", {"nodes": node_sizes(scontrol, names)})
+            # one request per job: clavisd places a request's nodes as one job's
+            groups = resume_groups(names, os.environ.get("SLURM_RESUME_FILE", ""),
+                                   lambda h: hostnames(scontrol, h))  # fmt: skip
+            results = []
+            for group in groups:
+                doc = {"nodes": node_sizes(scontrol, group)}
+                results += call(cfg, "/api/v1/nodes/resume", doc).get("results", [])
     except PowerError as exc:
         _log(cfg, f"action={action} nodes={hostlist} failed: {exc}")
         return 1
     bad = 0
-    for r in out.get("results", []):
+    for r in results:
         bad += not r.get("ok")
         _log(cfg, f"action={action} node={r.get('node')} host={r.get('host')} "
                   f"ok={r.get('ok')} {str(r.get('message'))[:200]}")  # fmt: skip
     _log(cfg, f"action={action} nodes={hostlist} done in {time.monotonic() - t0:.1f}s, "
               f"{bad} failed")  # fmt: skip
-    return 1 if bad or not out.get("results") else 0
+    return 1 if bad or not results else 0
 
 
 def main(action: str, argv: list[str]) -> int:

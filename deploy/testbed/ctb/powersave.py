@@ -122,5 +122,7 @@ def clavisd_toml(topo: Topology, password: str, node_command: list[str]) -> str:
         f'bmc_user = "admin"\nbmc_password_file = {json.dumps(str(BMC_PASSWORD))}\n'
         f"[host_power.bmcs]\n{bmcs}"
         f"[slurm_power]\nenabled = true\nnode_command = {json.dumps(node_command)}\n"
-        "command_timeout_s = 60\n"
+        # a started node is listed by its host's monitor within a few seconds (rescan_s
+        # 3 s): hold its host on 20 s, not the default 120 s, so a test sees it go off
+        "command_timeout_s = 60\npending_s = 20\n"
     )

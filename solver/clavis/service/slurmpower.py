@@ -169,6 +169,7 @@ class SlurmPower:
         self.host_power = host_power
         self._lock = threading.Lock()
         self._pending: dict[str, tuple[str, int, float]] = {}  # node -> host, cores, until
+        self._host_locks: dict[str, threading.Lock] = {}  # one power on of a host at a time
 
     def _command(self, *args: str) -> tuple[bool, str]:
         argv = [*self.cfg.node_command, *args]
@@ -191,15 +192,52 @@ class SlurmPower:
         with ThreadPoolExecutor(max_workers=max(1, min(8, len(nodes)))) as pool:
             return list(pool.map(one, nodes))
 
+    def _host_lock(self, host: str) -> threading.Lock:
+        with self._lock:
+            return self._host_locks.setdefault(host, threading.Lock())
+
     def resume(self, asks: Sequence[NodeAsk]) -> list[NodeResult]:
         """Choose a host for each node, power on the chosen hosts that are off, start the
-        containers; every node gets a result (a failure names why). Resumes run one at a
-        time, start to end: the next choice sees this one's nodes, and two never power
-        the same host on at once."""
+        containers; every node gets a result (a failure names why). Choices are made one
+        at a time (the next sees this one's nodes as pending); a host is powered on by
+        one resume at a time (another that chose it waits, then finds it on); the rest
+        runs side by side, so one job's resume does not wait for another's boot."""
         with self._lock:
-            return self._resume(asks)
+            chosen = self._choose(asks)
+        if isinstance(chosen, list):
+            return chosen
+        where, powerable = chosen
+        hp = self.host_power
+        failed: dict[str, str] = {}
+        for host in sorted(set(where.values()) & powerable):
+            assert hp is not None
+            with self._host_lock(host):
+                out = hp.power_on(host)
+            if out.state != "on":
+                failed[host] = f"host {host} did not come on: {out.message}"
 
-    def _resume(self, asks: Sequence[NodeAsk]) -> list[NodeResult]:
+        def start(a: NodeAsk) -> NodeResult:
+            host = where[a.name]
+            if host in failed:
+                return NodeResult(a.name, host, False, failed[host])
+            ok, msg = self._command("start", a.name, host)
+            log.info("slurm power node=%s host=%s action=resume ok=%s %s", a.name, host, ok, msg)
+            return NodeResult(a.name, host, ok, msg)
+
+        # side by side: a node's start is its boot, and a job waits for all of its nodes
+        with ThreadPoolExecutor(max_workers=max(1, min(8, len(asks)))) as pool:
+            results = list(pool.map(start, asks))
+        with self._lock:
+            for r in results:
+                if not r.ok:
+                    self._pending.pop(r.node, None)
+        return results
+
+    def _choose(
+        self, asks: Sequence[NodeAsk]
+    ) -> tuple[dict[str, str], frozenset[str]] | list[NodeResult]:
+        """(node -> host, the chosen hosts' candidates that are off), the nodes recorded as
+        pending and their hosts held on; or every node's failure. Under ``_lock``."""
         now = time.time()
         self._pending = {n: p for n, p in self._pending.items() if p[2] > now}
         hp = self.host_power
@@ -217,34 +255,12 @@ class SlurmPower:
         until = now + self.cfg.pending_s
         for a in asks:
             self._pending[a.name] = (where[a.name], a.cores, until)
-        chosen = sorted({where[a.name] for a in asks})
         if hp is not None:
             # an empty host chosen now must not be powered off before its monitor lists
             # the nodes started on it
-            for host in chosen:
+            for host in sorted(set(where.values())):
                 if host in hp.bmcs:
                     hp.hold(host, until)
         log.info("slurm power resume %s", ", ".join(f"node={n} host={h}"
                                                     for n, h in sorted(where.items())))  # fmt: skip
-        failed: dict[str, str] = {}
-        for host in sorted(set(chosen) & powerable):
-            assert hp is not None
-            out = hp.power_on(host)
-            if out.state != "on":
-                failed[host] = f"host {host} did not come on: {out.message}"
-
-        def start(a: NodeAsk) -> NodeResult:
-            host = where[a.name]
-            if host in failed:
-                return NodeResult(a.name, host, False, failed[host])
-            ok, msg = self._command("start", a.name, host)
-            log.info("slurm power node=%s host=%s action=resume ok=%s %s", a.name, host, ok, msg)
-            return NodeResult(a.name, host, ok, msg)
-
-        # side by side: a node's start is its boot, and a job waits for all of its nodes
-        with ThreadPoolExecutor(max_workers=max(1, min(8, len(asks)))) as pool:
-            results = list(pool.map(start, asks))
-        for r in results:
-            if not r.ok:
-                self._pending.pop(r.node, None)
-        return results
+        return where, powerable

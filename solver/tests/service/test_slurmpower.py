@@ -4,8 +4,11 @@ testbed's real one runs in tests/integration/test_power.py)."""
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -106,3 +109,53 @@ def test_resume_and_suspend_run_the_node_command(tmp_path: Path) -> None:
     calls = (tmp_path / "calls").read_text().splitlines()
     assert sorted(calls[:2]) == ["start a h1", "start bad h1"]
     assert sorted(calls[2:]) == ["stop a", "stop bad"]
+
+
+def _program() -> Any:
+    """slurm-plugin/power/clavis_slurm_power.py, loaded as slurmctld's programs load it."""
+    path = Path(__file__).resolve().parents[3] / "slurm-plugin" / "power" / "clavis_slurm_power.py"
+    spec = importlib.util.spec_from_file_location("clavis_slurm_power", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _expand(hostlist: str) -> list[str]:
+    """A stand-in for `scontrol show hostnames` on the lists below (n[1-3] and n4 forms)."""
+    out = []
+    for part in hostlist.split(","):
+        if "[" in part:
+            head, rng = part.rstrip("]").split("[")
+            lo, hi = rng.split("-")
+            out += [f"{head}{i}" for i in range(int(lo), int(hi) + 1)]
+        else:
+            out.append(part)
+    return out
+
+
+def test_the_resume_program_asks_once_per_job_of_slurms_resume_file(tmp_path: Path) -> None:
+    prog = _program()
+    names = ["n1", "n2", "n3", "n4", "n5"]
+    f = tmp_path / "resume.json"
+    f.write_text(json.dumps({"all_nodes": "n[1-5]", "jobs": [
+        {"job_id": 7, "nodes": "n[1-3]"}, {"job_id": 8, "nodes": "n3,n4"}]}))  # fmt: skip
+    # n3 belongs to the first job that names it; n5 to no job: a group of its own
+    assert prog.resume_groups(names, str(f), _expand) == [["n1", "n2", "n3"], ["n4"], ["n5"]]
+    # no file, or garbage: one group, as before Slurm wrote the file
+    assert prog.resume_groups(names, "", _expand) == [names]
+    f.write_text("{not json")
+    assert prog.resume_groups(names, str(f), _expand) == [names]
+    f.write_text(json.dumps({"jobs": [{"job_id": 1, "nodes": 5}, "x"]}))
+    assert prog.resume_groups(names, str(f), _expand) == [names]
+
+
+def test_the_programs_refuse_a_key_file_others_can_read(tmp_path: Path) -> None:
+    prog = _program()
+    key = tmp_path / "key.toml"
+    key.write_text('[[keys]]\nid = "k1"\nrole = "admin"\nsecret = "0123456789abcdef0123"\n')
+    key.chmod(0o640)
+    with pytest.raises(prog.PowerError, match="mode 640"):
+        prog.load_key(key)
+    key.chmod(0o600)
+    assert prog.load_key(key) == ("k1", b"0123456789abcdef0123")
