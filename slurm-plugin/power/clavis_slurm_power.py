@@ -38,6 +38,7 @@ import time
 import tomllib
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -202,10 +203,11 @@ def run(action: str, hostlist: str) -> int:
             # one request per job: clavisd places a request's nodes as one job's
             groups = resume_groups(names, os.environ.get("SLURM_RESUME_FILE", ""),
                                    lambda h: hostnames(scontrol, h))  # fmt: skip
-            results = []
-            for group in groups:
-                doc = {"nodes": node_sizes(scontrol, group)}
-                results += call(cfg, "/api/v1/nodes/resume", doc).get("results", [])
+            docs = [{"nodes": node_sizes(scontrol, group)} for group in groups]
+            # side by side: clavisd boots one job's nodes while it chooses another's hosts
+            with ThreadPoolExecutor(max_workers=min(8, len(docs))) as pool:
+                answers = list(pool.map(lambda d: call(cfg, "/api/v1/nodes/resume", d), docs))
+            results = [r for a in answers for r in a.get("results", [])]
     except PowerError as exc:
         _log(cfg, f"action={action} nodes={hostlist} failed: {exc}")
         return 1

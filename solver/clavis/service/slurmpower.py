@@ -192,6 +192,12 @@ class SlurmPower:
         with ThreadPoolExecutor(max_workers=max(1, min(8, len(nodes)))) as pool:
             return list(pool.map(one, nodes))
 
+    def _switching(self) -> bool:
+        hp = self.host_power
+        return hp is not None and any(
+            hp.state(h).power in ("powering-off", "powering-on") for h in hp.bmcs
+        )
+
     def _host_lock(self, host: str) -> threading.Lock:
         with self._lock:
             return self._host_locks.setdefault(host, threading.Lock())
@@ -202,8 +208,16 @@ class SlurmPower:
         at a time (the next sees this one's nodes as pending); a host is powered on by
         one resume at a time (another that chose it waits, then finds it on); the rest
         runs side by side, so one job's resume does not wait for another's boot."""
-        with self._lock:
-            chosen = self._choose(asks)
+        deadline = time.monotonic() + self.cfg.switch_wait_s
+        while True:
+            with self._lock:
+                chosen = self._choose(asks)
+            # no room now, but a host is being switched: once off it may be powered on
+            if not isinstance(chosen, list) or not self._switching():
+                break
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(1.0)
         if isinstance(chosen, list):
             return chosen
         where, powerable = chosen

@@ -24,6 +24,13 @@ class SlurmPowerConfig(BaseModel):
         description="Bytes/s assumed between every two nodes resumed together (one job's "
         "nodes, not measured yet), so C keeps them on one host or rack.",
     )
+    switch_wait_s: float = Field(
+        default=180.0,
+        ge=0,
+        description="When no host has room while some are being switched off or on, "
+        "choose again each second for at most this long (a host powering off is not a "
+        "candidate until it is off).",
+    )
     pending_s: float = Field(
         default=120.0,
         gt=0,
