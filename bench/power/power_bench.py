@@ -264,7 +264,7 @@ SuspendTime 10 s, ResumeTimeout {RESUME_TIMEOUT_S:g} s, the first host kept on; 
 3 s, min_on 10 s, min_off 3 s), started {on["settle_s"]} s after up, once the idle cluster
 had powered down. One day per mode (energies are of that one day each; delays are medians
 and percentiles over its {on["jobs"]} jobs); jobs sleep, so no core is busy and every host
-reads its idle or its standby watts. The evening powers down late (hours 17-20 near full
+reads its idle or its standby watts. The evening powers down late (hours 17 on near full
 power): with 12 s hours each hour's jobs land on nodes other jobs left moments before, so
 few nodes stay idle for SuspendTime (10 s), and a host goes off only once all its nodes have.
 
