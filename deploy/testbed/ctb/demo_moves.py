@@ -33,6 +33,7 @@ from clavis.documents import load_cluster
 from clavis.instance import build_instance
 from clavis.objectives import Weights, score
 from clavis.service import snapshot
+from clavis.service.classify import Thresholds
 from clavis.service.config import load_config
 from clavis.service.store import Store
 cfg = load_config(Path(sys.argv[1]))
@@ -41,8 +42,8 @@ store = Store(cfg.store.url, time.time())
 snap = snapshot.take(cluster, hosts=store.hosts(), containers=store.containers(),
                      power_models=store.power_models(), now=time.time(),
                      fresh_s=cfg.ingest.max_report_age_s,
-                     threshold_mpki=cfg.classify.devil_threshold_mpki,
-                     host_thresholds=cfg.classify.host_thresholds)
+                     thresholds=Thresholds(cfg.classify.devil_threshold_mpki,
+                                           cfg.classify.host_thresholds))
 inst = build_instance(snap.cluster, snap.workload, snap.current, "current placement")
 s = score(inst, tuple(h for h in inst.current if h is not None),
           Weights(*cfg.repack.default_weights))
