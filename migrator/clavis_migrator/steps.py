@@ -334,13 +334,17 @@ class Machine:
 
     def _abort_target(self, rec: StepRecord) -> tuple[StepRecord, bool]:
         """Ask the target to undo the step; (record, whether the target answered)."""
+        line, heard = self._ask_abort(rec.step)
+        return self._note(rec, line), heard
+
+    def _ask_abort(self, step: MigrationStep) -> tuple[str, bool]:
+        """One abort asked of the target: (what happened, whether the target answered)."""
         try:
-            did = self.peer(rec.step).abort(rec.step.step_id)
-            return self._note(rec, f"target: {did}"), True
+            return f"target: {self.peer(step).abort(step.step_id)}", True
         except PeerRefusedError as exc:
-            return self._note(rec, f"target refused the abort: {exc}"), True
+            return f"target refused the abort: {exc}", True
         except PeerError as exc:
-            return self._note(rec, f"target abort failed: {exc}"), False
+            return f"target abort failed: {exc}", False
 
     def _outwait_fence(self, rec: StepRecord) -> StepRecord:
         """The target was asked to restore and cannot be reached: its copy may run. Ask
@@ -354,13 +358,9 @@ class Machine:
         )
         while time.time() < until:
             time.sleep(min(1.0, max(0.0, until - time.time())))
-            try:
-                did = self.peer(rec.step).abort(rec.step.step_id)
-                return self._note(rec, f"target: {did}")
-            except PeerRefusedError as exc:
-                return self._note(rec, f"target refused the abort: {exc}")
-            except PeerError:
-                continue
+            line, heard = self._ask_abort(rec.step)
+            if heard:
+                return self._note(rec, line)
         return self._note(rec, "target unreachable past its fence time: its copy is killed")
 
     def _undo(self, rec: StepRecord, stopped: bool) -> tuple[StepRecord, Any, str]:

@@ -25,7 +25,6 @@ from clavis.instance import Assignment, Instance
 from clavis.objectives import (
     Bounds,
     Weights,
-    contended_hosts,
     is_contended,
     score,
     straggling_jobs,
@@ -209,8 +208,7 @@ def _calm(
 ) -> list[int] | None:
     """``where`` with the job's contended devils moved to hosts they leave calm, or None
     when some devil finds no such host or the deadline passes."""
-    hot = contended_hosts(inst, tuple(where))
-    moving = [d for d in devils if where[d] in hot]
+    moving = [d for d in devils if room.contended(where[d])]  # room counts ``where``
     if not moving:
         return None
     racks = {inst.hosts[where[i]].rack for i in inst.job_containers[job]}
