@@ -80,6 +80,19 @@ def key_id_of(headers: Mapping[str, str]) -> str:
     return next((v for k, v in headers.items() if k.lower() == KEY_ID.lower()), "")
 
 
+def skew_of(timestamp: int, now: float) -> float:
+    """How far a request signed in the whole second ``timestamp`` is from ``now``.
+
+    sign() truncates to whole seconds, so the request was signed somewhere in
+    [timestamp, timestamp + 1): the skew is the distance to the nearest instant of that
+    second (0 inside it). Comparing with ``timestamp`` itself would add up to a second of
+    rounding, and a 1 s limit would refuse genuine requests at random.
+    """
+    if now < timestamp:
+        return now - timestamp
+    return max(0.0, now - (timestamp + 1))
+
+
 class Signed(NamedTuple):
     """What a verified request was signed with (a receiver may persist the nonce)."""
 
@@ -144,9 +157,9 @@ def verify(
     expected = signature(secret, canonical(method, path, ts, nonce, body, key_id=key_id))
     if not hmac.compare_digest(expected, sig):
         raise SignatureError("signature does not match")
-    skew = now - int(ts)
+    skew = skew_of(int(ts), now)
     if abs(skew) > max_skew_s:
-        raise SignatureError(f"timestamp is {skew:+.0f} s from this clock (limit {max_skew_s:g} s)")
+        raise SignatureError(f"timestamp is {skew:+.1f} s from this clock (limit {max_skew_s:g} s)")
     if int(ts) < int(not_before):
         raise SignatureError("request was signed before this service started; sign it again")
     if not nonces.add(nonce, now):

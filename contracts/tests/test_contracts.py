@@ -174,7 +174,7 @@ def _check(secret: bytes, path: str, h: dict[str, str], now: float, not_before: 
 def test_skew_other_key_and_restart_are_refused() -> None:
     h = sign(SECRET, "GET", "/p", b"", now=1000.0)
     with pytest.raises(SignatureError, match="limit 30"):
-        _check(SECRET, "/p", h, 1031.0)
+        _check(SECRET, "/p", h, 1031.5)
     with pytest.raises(SignatureError, match="does not match"):
         _check(b"another-secret-of-16+", "/p", h, 1000.0)
     with pytest.raises(SignatureError, match="before this service started"):
@@ -246,3 +246,31 @@ def test_numbers_are_not_read_from_text_or_booleans() -> None:
     ]:
         with pytest.raises(ValidationError, match=where):
             MonitorReport.model_validate_json(json.dumps(report(**bad)))
+
+
+@pytest.mark.parametrize(
+    ("signed_at", "checked_at", "ok"),
+    [
+        (1000.9, 1001.8, True),  # 0.9 s late, but 1.8 s after the whole second "1000"
+        (1000.0, 1001.0, True),  # 1.0 s late: at the limit
+        (1000.0, 1002.1, False),  # 2.1 s late
+        (1000.0, 1001.95, True),  # 1.95 s late, or 0.95 s if signed at 1000.99: not refused
+        (1002.0, 1001.0, True),  # this clock 1.0 s behind: at the limit
+        (1002.0, 1000.9, False),  # 1.1 s behind
+    ],
+)
+def test_a_one_second_limit_allows_the_timestamps_rounding(
+    signed_at: float, checked_at: float, ok: bool
+) -> None:
+    """Timestamps are whole seconds: the skew is measured from the nearest instant of the
+    second they name, so a 1 s limit refuses only requests more than 1 s off."""
+    h = sign(SECRET, "GET", "/p", b"", now=signed_at)
+
+    def check() -> None:
+        verify(SECRET, "GET", "/p", b"", h, now=checked_at, max_skew_s=1, nonces=NonceCache(1))
+
+    if ok:
+        check()
+    else:
+        with pytest.raises(SignatureError, match="limit 1 s"):
+            check()

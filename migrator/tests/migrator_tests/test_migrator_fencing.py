@@ -30,8 +30,9 @@ LEASE_S = 3.0  # the target's fence: 3 s after the restore was asked
 @pytest.fixture
 def world(tmp_path: Path) -> Iterator[tuple[Agent, Agent, TableBackend, Table, Link]]:
     t = table("c1")
-    # max_skew_s 2: signatures carry whole seconds, so a 1 s limit refuses calls at random
-    opts = {"restore_lease_s": LEASE_S, "max_skew_s": 2.0}
+    # max_skew_s 1, the smallest: whole-second timestamps must not refuse genuine calls
+    # (clavis_contracts.signing.skew_of)
+    opts = {"restore_lease_s": LEASE_S, "max_skew_s": 1.0}
     a1, _ = make_agent(tmp_path, "h1", t, **opts)
     a2, b2 = make_agent(tmp_path, "h2", t, **opts)
     link = Link(a2.port)
@@ -87,7 +88,7 @@ def test_a_commit_that_cannot_reach_the_target_before_its_fence_rolls_back(
 def test_a_commit_that_gets_through_before_the_fence_keeps_the_move(tmp_path: Path) -> None:
     # The commit is refused for a while and goes through before the fence: the move holds.
     t = table("c1")
-    opts = {"restore_lease_s": 8.0, "max_skew_s": 2.0}
+    opts = {"restore_lease_s": 8.0, "max_skew_s": 1.0}
     a1, _ = make_agent(tmp_path, "h1", t, **opts)
     a2, b2 = make_agent(tmp_path, "h2", t, **opts)
     link = Link(a2.port)
