@@ -25,12 +25,16 @@ from clavis.service.store import Store
 
 
 def build_document(store: Store, cluster: Cluster, now: float, *, fresh_s: float,
-                   classify: ClassifyConfig, valid_s: float) -> dict[str, Any]:  # fmt: skip
-    """The advice from the store's current state, as JSON data (an AdviceFile)."""
+                   classify: ClassifyConfig, valid_s: float,
+                   down: frozenset[str] = frozenset()) -> dict[str, Any]:  # fmt: skip
+    """The advice from the store's current state, as JSON data (an AdviceFile); ``down``:
+    hosts host power switched off or is switching (HostPower.powered_down), unavailable
+    like hosts that stopped reporting."""
     snap = snapshot.take(
         cluster, hosts=store.hosts(), containers=store.containers(),
         power_models=store.power_models(), now=now, fresh_s=fresh_s,
         thresholds=Thresholds(classify.devil_threshold_mpki, classify.host_thresholds),
+        not_on=down,
     )  # fmt: skip
     apps = advice.applications(store.app_class_rows())
     return advice.build(snap, now, valid_s, apps).model_dump(mode="json")
@@ -45,14 +49,15 @@ def _child(
     conn.send_bytes(b"ready")
     while True:
         try:
-            now = float(conn.recv_bytes())
+            now, down = pickle.loads(conn.recv_bytes())  # from clavisd, its parent
         except (EOFError, OSError):
             break
         try:
             fresh_s, classify, valid_s = params
             doc: dict[str, Any] | str = build_document(
-                store, cluster, now, fresh_s=fresh_s, classify=classify, valid_s=valid_s
-            )
+                store, cluster, float(now), fresh_s=fresh_s, classify=classify,
+                valid_s=valid_s, down=frozenset(down),
+            )  # fmt: skip
         except Exception as exc:  # reported to clavisd, which logs it
             doc = f"advice build failed: {exc!r}"
         conn.send_bytes(pickle.dumps(doc))
@@ -78,9 +83,11 @@ class AdviceWorker:
     def alive(self) -> bool:
         return self._proc.is_alive()
 
-    def build(self, now: float, timeout_s: float = 120.0) -> dict[str, Any]:
+    def build(
+        self, now: float, down: frozenset[str] = frozenset(), timeout_s: float = 120.0
+    ) -> dict[str, Any]:
         """Called by one thread at a time (clavisd's maintenance loop)."""
-        self._conn.send_bytes(repr(now).encode())
+        self._conn.send_bytes(pickle.dumps((now, sorted(down))))
         if not self._conn.poll(timeout_s):
             raise RuntimeError(f"the advice process did not answer within {timeout_s:g} s")
         doc = pickle.loads(self._conn.recv_bytes())

@@ -197,7 +197,9 @@ class Clavisd:
         fresh_s = cfg.ingest.max_report_age_s
         quiet = frozenset(h for h in self.host_names
                           if now - self.last_report.get(h, -1e18) > fresh_s)  # fmt: skip
-        inputs = (quiet, self.store.app_classes_version(), tuple(
+        # hosts switched off (or switching) are unavailable at once, not when reports stop
+        down = self.host_power.powered_down() if self.host_power is not None else frozenset()
+        inputs = (quiet, down, self.store.app_classes_version(), tuple(
             # a container's intensity matters here only by the vote it casts
             (r.name, r.host, r.job, r.cores, r.memory_bytes, r.klass, r.class_hint,
              self.thresholds.vote(r.host, r.intensity_mpki))
@@ -209,11 +211,12 @@ class Clavisd:
                 log.error("advice process is gone; building the advice in clavisd instead")
                 worker = self._advice_worker = None
             if worker is not None:
-                doc = worker.build(now)
+                doc = worker.build(now, down)
             else:
                 doc = build_document(
                     self.store, self.cluster, now,
                     fresh_s=fresh_s, classify=cfg.classify, valid_s=cfg.advice.valid_s,
+                    down=down,
                 )  # fmt: skip
             self._advice = (inputs, doc)
         generated = to_jsonable_python(dt.datetime.fromtimestamp(now, dt.UTC))

@@ -215,6 +215,14 @@ class HostPower:
         with self._lock:
             return frozenset(h for h, st in self.states.items() if st.power != "on")
 
+    def powered_down(self) -> frozenset[str]:
+        """Hosts switched off, or being switched off or back on: the advice marks them
+        unavailable at once, before their reports stop (a BMC that does not answer is
+        not among them: its host's reports tell)."""
+        with self._lock:
+            return frozenset(h for h, st in self.states.items()
+                             if st.power in ("off", "powering-off", "powering-on"))  # fmt: skip
+
     def hold(self, host: str, until: float) -> None:
         """Keep ``host`` from being powered off until ``until`` (unix time), even empty."""
         with self._lock:

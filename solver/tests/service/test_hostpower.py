@@ -4,6 +4,7 @@ fixture, monitor/tests/monitor_tests/bmc.py), with reports through the real inge
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from clavis.service.advice_worker import AdviceWorker
 from clavis.service.api import serve
 from clavis.service.config import ConfigError, load_config
 from clavis.service.daemon import Clavisd, main
@@ -344,5 +346,54 @@ def test_bmc_back_after_an_outage_is_audited_once_each_way(
         assert hp.state("h1").power == "on" and hp.not_on() == frozenset()
         assert [(e["action"], e["result"]) for e in hp.events()] == [
             ("status", "unknown"), ("status", "on")]  # fmt: skip
+    finally:
+        d.stop()
+
+
+def _advice_of(d: Clavisd) -> dict[str, str]:
+    """Node -> contention of the advice file clavisd publishes now."""
+    d.publish_advice()
+    doc = json.loads(d.config.advice.path.read_text())
+    return {n["node"]: n["contention"] for n in doc["nodes"]}
+
+
+@needs_sim
+@pytest.mark.parametrize("builder", ["clavisd", "advice process"])
+def test_the_advice_marks_a_host_that_is_off_unavailable_at_once(
+    two_bmcs: dict[str, Bmc], tmp_path: Path, builder: str
+) -> None:
+    h1 = two_bmcs["h1"]
+    cfg = _setup(tmp_path, {"h1": f"127.0.0.1:{h1.port}"}, h1.password_file, min_on_s=3600)
+    d = Clavisd(load_config(cfg))
+    assert d.host_power is not None and d.config.ingest.max_report_age_s >= 30
+    hp = d.host_power
+    d.ingestor.start()
+    if builder == "advice process":  # as with ingest.writer = "process"
+        c = d.config
+        d._advice_worker = AdviceWorker(c.store.url, c.cluster_file, c.ingest.max_report_age_s,
+                                        c.classify, c.advice.valid_s)  # fmt: skip
+        d._advice_worker.start()
+    try:
+        with TestClient(serve(d)) as client, Emulation({"h1": h1}, client) as emu:
+            emu.containers["h1"] = [container("c1", mpki=0.5)]
+            _until("c1 stored", lambda: hp.occupancy().get("h1") == 1)
+            hp.tick(time.time())
+            assert hp.state("h1").power == "on" and hp.powered_down() == frozenset()
+            assert _advice_of(d)["c1"] == "devil-free"
+            # the host goes off under its node (a power cut, or someone at its BMC): the
+            # next pass sees it, and the advice says so at once, though h1 reported
+            # moments ago (its reports are fresh for max_report_age_s)
+            assert h1.ipmitool("chassis", "power", "off").returncode == 0
+            hp.tick(time.time())
+            assert hp.state("h1").power == "off" and hp.powered_down() == {"h1"}
+            assert time.time() - d.last_report["h1"] < 5
+            assert _advice_of(d)["c1"] == "unknown"
+            # switching back on (power_on's state until the monitor reports): still
+            # unavailable until it is on
+            hp._set("h1", HostState("powering-on", time.time(), None))
+            assert hp.powered_down() == {"h1"} and _advice_of(d)["c1"] == "unknown"
+            assert h1.ipmitool("chassis", "power", "on").returncode == 0
+            hp.tick(time.time())
+            assert hp.powered_down() == frozenset() and _advice_of(d)["c1"] == "devil-free"
     finally:
         d.stop()
