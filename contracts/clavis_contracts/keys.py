@@ -3,12 +3,14 @@
 Each compute host has its own keys; a request names the key it was signed with in the
 ``X-Clavis-Key-Id`` header (clavis_contracts.signing), so clavisd knows which host sent
 it and accepts a report only for that host. Admin keys (for root's ``clavis repack`` on
-the head node) are separate, and only they reach clavisd's admin endpoints. A key file
-is TOML::
+the head node) are separate, and only they reach clavisd's admin endpoints. Power keys
+(for Slurm's SuspendProgram and ResumeProgram, slurm-plugin/power/) reach
+``/nodes/suspend`` and ``/nodes/resume`` and nothing else. A key file is TOML::
 
     [[keys]]
     id = "node7-2026a"        # letters, digits, . _ - (at most 64); unique
-    host = "node7"            # the host it speaks for; or role = "admin" and no host
+    host = "node7"            # the host it speaks for; or role = "admin" (or "power")
+                              # and no host
     secret = "…"              # at least 16 bytes, e.g. `openssl rand -hex 32`; unique
 
 clavisd's file lists every host's keys (two for one host during a rollover: both are
@@ -34,6 +36,9 @@ from clavis_contracts.migration import MigrationStep
 from clavis_contracts.signing import MIN_SECRET_BYTES
 
 KEY_ID_PATTERN: Final = r"^[A-Za-z0-9._-]{1,64}$"
+# agent: one host's monitor and migrator; admin: root on the head node (`clavis repack`);
+# power: Slurm's power programs, for /nodes/suspend and /nodes/resume only
+KeyRole = Literal["agent", "admin", "power"]
 
 
 class KeyFileError(Exception):
@@ -45,24 +50,29 @@ class AgentKey(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     id: str = Field(pattern=KEY_ID_PATTERN)
-    role: Literal["agent", "admin"] = "agent"
+    role: KeyRole = "agent"
     host: str = Field(default="", max_length=64)
     secret: str = Field(min_length=MIN_SECRET_BYTES, repr=False)
 
     @model_validator(mode="after")
     def _host_iff_agent(self) -> AgentKey:
         if self.role == "agent" and not self.host:
-            raise ValueError('an agent key names its host (or set role = "admin")')
-        if self.role == "admin" and self.host:
-            raise ValueError("an admin key speaks for no host: drop `host`")
+            raise ValueError('an agent key names its host (or set role = "admin" or "power")')
+        if self.role != "agent" and self.host:
+            raise ValueError(f"a {self.role} key speaks for no host: drop `host`")
         return self
 
     @property
     def secret_bytes(self) -> bytes:
         return self.secret.encode()
 
+    @property
+    def holder(self) -> str:
+        """Whom the key speaks for, as messages name it: ``host NAME``, ``admin``, ``power``."""
+        return f"host {self.host}" if self.role == "agent" else self.role
+
     def __str__(self) -> str:  # never the secret
-        return f"key {self.id} ({'admin' if self.role == 'admin' else 'host ' + self.host})"
+        return f"key {self.id} ({self.holder})"
 
 
 class _KeyFile(BaseModel):
@@ -144,7 +154,7 @@ def own_key(path: Path, host: str) -> AgentKey:
     if key.role != "agent" or key.host != host:
         raise KeyFileError(
             f"{path}: the first key, {key.id}, is for "
-            f"{'no host (admin)' if key.role == 'admin' else 'host ' + repr(key.host)}, "
+            f"{'host ' + repr(key.host) if key.role == 'agent' else f'no host ({key.role})'}, "
             f"not this host {host!r}"
         )
     return key

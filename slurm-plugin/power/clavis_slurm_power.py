@@ -4,16 +4,18 @@ slurmctld runs `clavis-slurm-suspend HOSTLIST` and `clavis-slurm-resume HOSTLIST
 SlurmUser, with only SLURM_CONF (and SLURM_JOB_ID, SLURM_RESUME_FILE) in the environment
 (power_save.c, _run_prog). Each expands the host list with scontrol and asks clavisd
 (docs/clavisd.md, "Slurm power saving"): suspend stops the nodes' containers; resume
-sends each node's CPUs and memory, and clavisd chooses the hosts, powers them on if
-needed and starts the containers. Requests are signed with an admin key (the scheme of
-clavis_contracts/signing.py, loaded from beside this file: the system Python, standard
-library only, no venv).
+sends, once per job of SLURM_RESUME_FILE, each node's CPUs and memory and the job's
+nodes that are up already (its allocated nodes not being resumed), and clavisd chooses
+the hosts near those, powers them on if needed and starts the containers. Requests are
+signed with a power key (role "power": clavisd lets it reach /nodes/suspend and
+/nodes/resume only), the scheme of clavis_contracts/signing.py, loaded from beside this
+file: the system Python, standard library only, no venv.
 
 Configuration: `clavis-slurm-power.toml` beside SLURM_CONF, else
 /etc/clavis/slurm-power.toml:
 
     url = "http://head:7780"         # clavisd
-    key_file = "/etc/clavis/slurm-power-key.toml"  # [[keys]] id, role = "admin", secret;
+    key_file = "/etc/clavis/slurm-power-key.toml"  # [[keys]] id, role = "power", secret;
                                      # mode 0600, owned by SlurmUser: never logged
     timeout_s = 300                  # a resume may wait for a host to power on
     log_file = "/var/log/slurm/clavis-power.log"
@@ -40,12 +42,16 @@ import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_CONF = Path("/etc/clavis/slurm-power.toml")
 CONF_NAME = "clavis-slurm-power.toml"
 MAX_NODES = 4096  # clavisd's own bound on one request
+# clavisd's resume request (solver/clavis/service/slurmpower_api.py, ResumeIn): version 2
+# adds job_nodes; a request without them is sent as version 1, which every clavisd reads
+RESUME_VERSION = 2
+NODE_NAME = re.compile(r"^[A-Za-z0-9._-]{1,255}$")
 
 
 class PowerError(Exception):
@@ -128,20 +134,38 @@ def node_sizes(scontrol: str, names: list[str]) -> list[dict[str, Any]]:
     return [sizes[n] for n in names]
 
 
-def resume_groups(names: list[str], resume_file: str, expand: Any) -> list[list[str]]:
-    """The nodes in groups, one per job of SLURM_RESUME_FILE (slurmctld's JSON:
-    {"all_nodes": HOSTLIST, "jobs": [{"job_id": N, "nodes": HOSTLIST}, ...]},
-    power_save.c), so clavisd keeps each job's nodes together; nodes of no job, or all of
-    them when the file is missing or unreadable, form one more group. ``expand``: host
-    list -> names (scontrol show hostnames)."""
+class ResumeGroup(NamedTuple):
+    """One resume request: the nodes to start together, and the job's nodes that are up
+    already (``job_nodes``), which clavisd places them near."""
+
+    nodes: list[str]
+    job_nodes: list[str]
+
+
+def resume_groups(
+    names: list[str], resume_file: str, expand: Any, job_nodelist: Any
+) -> tuple[list[ResumeGroup], list[str]]:
+    """The nodes in groups, one per job of SLURM_RESUME_FILE, and the problems found in
+    the file (each names the job and the field; a bad field is not used, the job's nodes
+    are still resumed). slurmctld's JSON (power_save.c): Slurm 23.02 on writes
+    {"all_nodes_resume", "jobs": [{"job_id", "nodes_alloc", "nodes_resume", ...}]},
+    22.05 {"all_nodes", "jobs": [{"job_id", "nodes"}]} without the allocated nodes, which
+    ``job_nodelist`` (job id -> host list: scontrol show job) then gives. A job's nodes
+    that are up are its allocated ones that no group of this run resumes. Nodes of no
+    job, or all of them when the file is missing or unreadable, form one more group.
+    ``expand``: host list -> names (scontrol show hostnames; raises PowerError)."""
     try:
         doc = json.loads(Path(resume_file).read_text()) if resume_file else {}
         jobs = doc.get("jobs", []) if isinstance(doc, dict) else []
     except (OSError, ValueError):
         jobs = []
-    wanted, seen, groups = set(names), set(), []
+    wanted, seen = set(names), set()
+    groups: list[ResumeGroup] = []
+    problems: list[str] = []
     for job in jobs if isinstance(jobs, list) else []:
-        hostlist = job.get("nodes") if isinstance(job, dict) else None
+        if not isinstance(job, dict):
+            continue
+        hostlist = job.get("nodes_resume", job.get("nodes"))
         if not isinstance(hostlist, str) or not hostlist:
             continue
         try:
@@ -149,10 +173,76 @@ def resume_groups(names: list[str], resume_file: str, expand: Any) -> list[list[
         except PowerError:
             continue
         if group:
-            groups.append(group)
+            up, problem = _job_nodes(job, expand, job_nodelist)
+            if problem:
+                problems.append(problem)
+            groups.append(ResumeGroup(group, [n for n in up if n not in wanted]))
             seen.update(group)
     rest = [n for n in names if n not in seen]
-    return groups + ([rest] if rest else [])
+    return groups + ([ResumeGroup(rest, [])] if rest else []), problems
+
+
+def _job_nodes(job: dict[str, Any], expand: Any, job_nodelist: Any) -> tuple[list[str], str]:
+    """A resume file job's allocated nodes (nodes_alloc, else scontrol's NodeList for
+    Slurm 22.05) and a problem ("" if none): garbage in the field gives no nodes."""
+    job_id = job.get("job_id")
+    what = f"SLURM_RESUME_FILE job {str(job_id)[:20]}"
+    if "nodes_alloc" in job:
+        hostlist, field = job["nodes_alloc"], "nodes_alloc"
+    elif isinstance(job_id, int) and not isinstance(job_id, bool) and job_id > 0:
+        try:
+            hostlist, field = job_nodelist(job_id), "NodeList (scontrol show job)"
+        except PowerError as exc:
+            return [], f"{what}: its allocated nodes are unknown: {exc}"
+    else:
+        return [], f"{what}: job_id {str(job_id)[:20]!r} is not a job id"
+    if not isinstance(hostlist, str) or not hostlist:
+        return [], f"{what}: {field} {json.dumps(hostlist)[:80]} is not a host list"
+    try:
+        nodes = expand(hostlist)
+    except PowerError as exc:
+        return [], f"{what}: {field} {hostlist[:80]!r} is not a host list: {exc}"
+    bad = [n for n in nodes if not NODE_NAME.match(n)]
+    if bad:
+        return [], f"{what}: {field} names {bad[0][:80]!r}, not a node name"
+    return nodes, ""
+
+
+def job_nodelist(scontrol: str, job_id: int) -> str:
+    """A job's allocated nodes as a host list (`scontrol show job -o`'s NodeList)."""
+    cp = subprocess.run([scontrol, "show", "job", "-o", str(job_id)], capture_output=True,
+                        text=True, timeout=30, check=False)  # fmt: skip
+    m = re.search(r"(?:^|\s)NodeList=(\S+)", cp.stdout)
+    if cp.returncode != 0 or m is None or m.group(1) == "(null)":
+        raise PowerError(f"scontrol show job {job_id}: {cp.stderr.strip()[:200] or 'no NodeList'}")
+    return m.group(1)
+
+
+def resume_request(sizes: list[dict[str, Any]], job_nodes: list[str]) -> dict[str, Any]:
+    """The body of POST /nodes/resume, checked by clavisd's rules (ResumeIn) before it is
+    sent: version 1 without job nodes, else version 2. Raises PowerError naming the field."""
+    names = [n.get("name") for n in sizes]
+    if not 1 <= len(sizes) <= MAX_NODES or len(job_nodes) > MAX_NODES:
+        raise PowerError(f"resume request: {len(sizes)} nodes and {len(job_nodes)} job_nodes "
+                         f"(1 to {MAX_NODES} nodes, at most {MAX_NODES} job_nodes)")  # fmt: skip
+    for field, listed in (("nodes", names), ("job_nodes", job_nodes)):
+        bad = [n for n in listed if not (isinstance(n, str) and NODE_NAME.match(n))]
+        if bad:
+            raise PowerError(f"resume request: {field} has {str(bad[0])[:80]!r}, not a node name")
+        if len(set(listed)) != len(listed):
+            raise PowerError(f"resume request: {field} lists a node more than once")
+    for n in sizes:
+        cores, mem = n.get("cores"), n.get("memory_bytes")
+        if not (isinstance(cores, int) and 1 <= cores <= 65536
+                and isinstance(mem, int) and 0 <= mem <= 2**50):  # fmt: skip
+            raise PowerError(f"resume request: node {n.get('name')}: cores {cores!r} or "
+                             f"memory_bytes {mem!r} out of range")  # fmt: skip
+    both = sorted(set(names) & set(job_nodes))
+    if both:
+        raise PowerError(f"resume request: job_nodes {', '.join(both[:5])} are being resumed")
+    if not job_nodes:
+        return {"nodes": sizes}
+    return {"schema_version": RESUME_VERSION, "nodes": sizes, "job_nodes": job_nodes}
 
 
 def call(cfg: dict[str, Any], path: str, doc: dict[str, Any]) -> dict[str, Any]:
@@ -200,10 +290,15 @@ def run(action: str, hostlist: str) -> int:
         if action == "suspend":
             results = call(cfg, "/api/v1/nodes/suspend", {"nodes": names}).get("results", [])
         else:
-            # one request per job: clavisd places a request's nodes as one job's
-            groups = resume_groups(names, os.environ.get("SLURM_RESUME_FILE", ""),
-                                   lambda h: hostnames(scontrol, h))  # fmt: skip
-            docs = [{"nodes": node_sizes(scontrol, group)} for group in groups]
+            # one request per job: clavisd places a request's nodes as one job's, near
+            # the job's nodes that are up
+            groups, problems = resume_groups(
+                names, os.environ.get("SLURM_RESUME_FILE", ""),
+                lambda h: hostnames(scontrol, h), lambda j: job_nodelist(scontrol, j),
+            )  # fmt: skip
+            for problem in problems:
+                _log(cfg, f"action=resume {problem}; its nodes resumed without their job's")
+            docs = [resume_request(node_sizes(scontrol, g.nodes), g.job_nodes) for g in groups]
             # side by side: clavisd boots one job's nodes while it chooses another's hosts
             with ThreadPoolExecutor(max_workers=min(8, len(docs))) as pool:
                 answers = list(pool.map(lambda d: call(cfg, "/api/v1/nodes/resume", d), docs))

@@ -7,8 +7,12 @@ standby watts), all but the host kept on; a burst of one job per node fills the 
 Slurm resumes the nodes through clavisd, which powers hosts on, and every job starts
 within ResumeTimeout of its submission; the burst drains and the cluster powers down
 again; a second burst starts the same way. While jobs run, the host of every running
-job's node is on (sampled every half second): no job runs on a host that is off. Every
-wait is bounded; the whole test takes about two minutes.
+job's node is on (sampled every half second): no job runs on a host that is off. Then a
+two-node job with one node up (the kept host's) and one powered down: the resume program
+sends the node that is up as the job's running node (Slurm 22.05's SLURM_RESUME_FILE has
+no nodes_alloc: scontrol gives the job's nodes), and clavisd starts the resumed node in
+that node's rack. The programs sign with a power key. Every wait is bounded; the whole
+test takes about two and a half minutes.
 
 Runs after test_stack and test_demo (conftest.py): it takes down whatever testbed is up to
 start its own, and takes it down at the end.
@@ -182,5 +186,28 @@ def test_bursts_power_hosts_on_and_drains_power_them_off(bed: dict[str, Any]) ->
     assert not [e for e in events if e[0] == kept and e[1] in ("soft", "off")], events
     log = powersave.LOG.read_text()
     assert "action=resume" in log and "ok=False" not in log, log[-2000:]
+    assert "SLURM_RESUME_FILE job" not in log, log[-2000:]  # no garbage found in it
     assert time.monotonic() - t0 < 240, "the power cycle test took too long"
     print(f"start delays (s): {sorted(round(d, 1) for d in delays.values())}")
+
+
+def test_a_resumed_node_starts_in_the_rack_of_its_jobs_running_node(bed: dict[str, Any]) -> None:
+    kept = bed["hosts"][0]
+    up = kept["containers"][0]["name"]  # never suspended (SuspendExcNodes)
+    # a node whose home is in the other rack: clavisd, not its name, says where it runs
+    far = next(h for h in bed["hosts"] if h["rack"] != kept["rack"])["containers"][0]["name"]
+    _powered_down(bed)
+    start = WORK / "pair.start"
+    t = time.time()
+    out = tb.slurm(["sbatch", "-N2", "-n2", "-w", f"{up},{far}", "-J", "pair",
+                    "-o", f"{WORK}/pair.out", "--wrap", f"date +%s.%N > {start}"])  # fmt: skip
+    assert "Submitted batch job" in out, out
+    _wait("the two-node job started", start.exists, powersave.RESUME_TIMEOUT + 30)
+    assert float(start.read_text()) - t < powersave.RESUME_TIMEOUT
+    racks = {h["name"]: h["rack"] for h in bed["hosts"]}
+    # the kept host is full (its own two nodes), so not the same host: the same rack
+    assert racks[tb.host_of(far)] == kept["rack"], (far, tb.host_of(far))
+    clavisd_log = (tb.RUN_DIR / "log" / "clavisd.log").read_text()
+    assert f"node={far} host={tb.host_of(far)} near 1 running node(s) of the job" in clavisd_log
+    key = powersave.key_file()
+    assert 'role = "power"' in key.read_text() and key.stat().st_mode & 0o777 == 0o600

@@ -7,7 +7,8 @@
   the first host's nodes in SuspendExcNodes (the host that stays on: the idle floor), and
   a power-save scan every second (SlurmctldParameters=power_save_interval);
 - the programs' config beside slurm.conf names clavisd and a key file owned by SlurmUser
-  (mode 0600: slurmctld runs them as that user), holding an admin key of clavisd's list;
+  (mode 0600: slurmctld runs them as that user), holding a power key of clavisd's list
+  (role "power": /nodes/suspend and /nodes/resume only);
 - clavisd gets [host_power] over every BMC (one password for all of them here: the
   testbed's BMCs share one when power saving is on) with the first host in stay_on and
   short dwell times, and [slurm_power] with `clavis-testbed node-power` as node command.
@@ -83,8 +84,8 @@ def install_programs(slurm_uid: int, slurm_gid: int) -> None:
 
 
 def key_entry() -> str:
-    """The programs' admin key: one entry, in clavisd's list and in their own file."""
-    return (f'[[keys]]\nid = "{KEY_ID}"\nrole = "admin"\n'
+    """The programs' power key: one entry, in clavisd's list and in their own file."""
+    return (f'[[keys]]\nid = "{KEY_ID}"\nrole = "power"\n'
             f'secret = "{secrets.token_hex(32)}"\n')  # fmt: skip
 
 

@@ -12,7 +12,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Final
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path, Request
 from fastapi.exceptions import RequestValidationError
@@ -60,23 +60,33 @@ def _d(request: Request) -> Clavisd:
     return d
 
 
-async def _signed_by_admin(request: Request, body: bytes) -> str:
-    """A request signed with an admin key; a host's key gets 403 here, whatever the
-    endpoint: agent keys reach /reports and nothing else."""
+# Signed requests by key role: admin keys reach every endpoint a person's role does;
+# power keys (Slurm's power programs) only the ones that name them; agent keys only
+# /reports (reports.py), never a route of this module.
+ADMIN_KEYS: Final = frozenset({"admin"})
+POWER_KEYS: Final = frozenset({"admin", "power"})
+_KEY_KIND: Final = {"agent": "a host's agent key", "power": "a power key (Slurm's power "
+                    "programs: /nodes/suspend and /nodes/resume only)"}  # fmt: skip
+
+
+async def _signed_by(request: Request, body: bytes, key_roles: frozenset[str]) -> str:
+    """A request signed with a key of one of ``key_roles``; any other key gets 403 here."""
     d = _d(request)
     try:
         got = d.auth.check(request.method, request.url.path, body, dict(request.headers),
                            time.time())  # fmt: skip
     except AuthError as exc:
         raise HTTPException(401, f"unauthenticated: {exc}") from None
-    if got.key.role != "admin":
-        raise HTTPException(403, f"forbidden: {got.key.id} is a host's agent key, not an admin key")
+    if got.key.role not in key_roles:
+        kind = _KEY_KIND.get(got.key.role, f"a {got.key.role} key")
+        raise HTTPException(403, f"forbidden: {got.key.id} is {kind}, not an admin key")
     return f"key {got.key.id}"
 
 
-def require(role: Role) -> Any:
+def require(role: Role, key_roles: frozenset[str] = ADMIN_KEYS) -> Any:
     """A dependency: a logged-in user with ``role`` (admin also passes viewer checks), or a
-    request signed with an admin key (root on the head node, e.g. `clavis repack`)."""
+    request signed with a key of ``key_roles`` (admin: root on the head node, e.g. `clavis
+    repack`)."""
 
     async def dep(request: Request) -> str:
         auth = request.headers.get("authorization", "")
@@ -95,7 +105,7 @@ def require(role: Role) -> Any:
                 raise HTTPException(403, f"forbidden: {role} role required")
             return found.user
         if SIGNATURE.lower() in {k.lower() for k in request.headers}:
-            return await _signed_by_admin(request, await request.body())
+            return await _signed_by(request, await request.body(), key_roles)
         raise HTTPException(401, "unauthenticated: log in or sign the request")
 
     return Depends(dep)
@@ -336,7 +346,8 @@ def create_app(d: Clavisd) -> FastAPI:
     app.include_router(calibration_api.router(require("admin"), require("viewer"), _AUTH_ERRORS))
     app.include_router(ui_api.router(require("admin"), require("viewer"), _AUTH_ERRORS))
     app.include_router(history_api.router(require("viewer"), _AUTH_ERRORS))
-    app.include_router(hostpower_api.router(require("admin"), _AUTH_ERRORS))
+    app.include_router(hostpower_api.router(require("admin"), require("admin", POWER_KEYS),
+                                            _AUTH_ERRORS))  # fmt: skip
     ui_static.mount(app, d.config.server.ui_dir)
 
     def openapi() -> dict[str, Any]:

@@ -32,7 +32,8 @@ def _controller(request: Request) -> HostPower | None:
     return d.host_power
 
 
-def router(admin: Any, errors: dict[int | str, dict[str, Any]]) -> APIRouter:
+def router(admin: Any, power: Any, errors: dict[int | str, dict[str, Any]]) -> APIRouter:
+    """``power``: the dependency of Slurm's power routes (an admin, or a power key)."""
     r = APIRouter()
     err = errors[401]
 
@@ -57,5 +58,5 @@ def router(admin: Any, errors: dict[int | str, dict[str, Any]]) -> APIRouter:
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
     # Slurm's power saving: nodes suspended and resumed onto hosts host power keeps on
-    r.include_router(slurmpower_api.router(admin, errors))
+    r.include_router(slurmpower_api.router(power, errors))
     return r

@@ -4,8 +4,10 @@ saving).
 Slurm's SuspendProgram and ResumeProgram (slurm-plugin/power/) ask clavisd, signed like
 every client: a suspended node's container is stopped; a resumed node's container is
 started on a host clavisd chooses with the one evaluator (clavis.objectives): the host
-with room whose F is lowest with the node on it, the nodes resumed together counted as
-one job whose members talk (``pair_bytes_per_s``, so C keeps them on one host or rack),
+with room whose F is lowest with the node on it, the nodes resumed together and the
+job's nodes that already run (``job_nodes``: SLURM_RESUME_FILE's nodes_alloc less
+nodes_resume) counted as one job whose members talk (``pair_bytes_per_s``, so C keeps
+the new nodes on the host or rack of the others),
 a host that is off counted at its off watts until the node is on it (so P prefers a
 powered host, and powers one on only when none has room or the trade-off says so).
 A chosen host that is off is powered on through host power (hostpower.py) first: no
@@ -63,12 +65,15 @@ def choose_hosts(
     powerable: frozenset[str],
     pending: Mapping[str, tuple[str, int]],
     pair_bytes_per_s: float,
+    job_nodes: Sequence[str] = (),
 ) -> dict[str, str]:
     """Node -> host for every ask. Candidates: hosts ``up`` in the snapshot (on and
     reporting) and ``powerable`` ones (off, with a BMC), each with room for the node's
     cores after what runs there, what ``pending`` holds (node -> (host, cores): started,
     not reported yet) and the asks placed before it. A node the monitors already list
-    stays where it is. The lowest F wins (ties: a host already on, then by name): first
+    stays where it is. ``job_nodes``: the job's nodes that are up already; those the
+    monitors list are members of the asked job where they run (fixed: only C sees them),
+    others are ignored. The lowest F wins (ties: a host already on, then by name): first
     among hosts with room for all the nodes, else greedily node by node, each candidate
     scored with the nodes not yet placed on it. Raises ResumeError when a node fits
     nowhere."""
@@ -89,11 +94,14 @@ def choose_hosts(
             placed[a.name] = running[a.name]
     if not todo:
         return placed
-    jobs = list(snap.workload.jobs) if snap.workload is not None else []
+    asked_names = {a.name for a in asks}
+    members = [n for n in dict.fromkeys(job_nodes) if n in running and n not in asked_names]
+    jobs, fixed = _take_out(list(snap.workload.jobs) if snap.workload is not None else [],
+                            frozenset(members))  # fmt: skip
     asked = Job(
         name="resume:" + todo[0].name,  # a name no reported job has (":")
-        containers=[Container(name=a.name, cores=a.cores, memory_bytes=a.memory_bytes,
-                              intensity_mpki=0.0, klass="turtle") for a in todo],
+        containers=[*(Container(name=a.name, cores=a.cores, memory_bytes=a.memory_bytes,
+                                intensity_mpki=0.0, klass="turtle") for a in todo), *fixed],
         all_to_all_bytes_per_s=pair_bytes_per_s,
     )  # fmt: skip
     threshold = snap.workload.devil_threshold_mpki if snap.workload is not None else 1.0
@@ -136,6 +144,25 @@ def choose_hosts(
         placed[a.name] = host
         load[host] += a.cores
     return placed
+
+
+def _take_out(jobs: list[Job], names: frozenset[str]) -> tuple[list[Job], list[Container]]:
+    """``jobs`` without the containers ``names`` (and their flows; a job left empty goes),
+    and those containers: the resumed job's running nodes join the asked job instead."""
+    if not names:
+        return jobs, []
+    kept, taken = [], []
+    for j in jobs:
+        out = [c for c in j.containers if c.name in names]
+        if not out:
+            kept.append(j)
+            continue
+        taken += out
+        rest = [c for c in j.containers if c.name not in names]
+        if rest:
+            flows = [f for f in j.traffic if f.src not in names and f.dst not in names]
+            kept.append(j.model_copy(update={"containers": rest, "traffic": flows}))
+    return kept, taken
 
 
 def _cores_of(snap: Snapshot, node: str) -> int:
@@ -202,8 +229,9 @@ class SlurmPower:
         with self._lock:
             return self._host_locks.setdefault(host, threading.Lock())
 
-    def resume(self, asks: Sequence[NodeAsk]) -> list[NodeResult]:
-        """Choose a host for each node, power on the chosen hosts that are off, start the
+    def resume(self, asks: Sequence[NodeAsk], job_nodes: Sequence[str] = ()) -> list[NodeResult]:
+        """Choose a host for each node (near ``job_nodes``, the job's nodes that are up),
+        power on the chosen hosts that are off, start the
         containers; every node gets a result (a failure names why). Choices are made one
         at a time (the next sees this one's nodes as pending); a host is powered on by
         one resume at a time (another that chose it waits, then finds it on); the rest
@@ -211,7 +239,7 @@ class SlurmPower:
         deadline = time.monotonic() + self.cfg.switch_wait_s
         while True:
             with self._lock:
-                chosen = self._choose(asks)
+                chosen = self._choose(asks, job_nodes)
             # no room now, but a host is being switched: once off it may be powered on
             if not isinstance(chosen, list) or not self._switching():
                 break
@@ -248,7 +276,7 @@ class SlurmPower:
         return results
 
     def _choose(
-        self, asks: Sequence[NodeAsk]
+        self, asks: Sequence[NodeAsk], job_nodes: Sequence[str]
     ) -> tuple[dict[str, str], frozenset[str]] | list[NodeResult]:
         """(node -> host, the chosen hosts' candidates that are off), the nodes recorded as
         pending and their hosts held on; or every node's failure. Under ``_lock``."""
@@ -262,7 +290,7 @@ class SlurmPower:
             where = choose_hosts(
                 snap, asks, self.weights(), powerable=powerable,
                 pending={n: (h, c) for n, (h, c, _) in self._pending.items()},
-                pair_bytes_per_s=self.cfg.pair_bytes_per_s,
+                pair_bytes_per_s=self.cfg.pair_bytes_per_s, job_nodes=job_nodes,
             )  # fmt: skip
         except ResumeError as exc:
             return [NodeResult(a.name, None, False, str(exc)) for a in asks]
@@ -275,6 +303,7 @@ class SlurmPower:
             for host in sorted(set(where.values())):
                 if host in hp.bmcs:
                     hp.hold(host, until)
-        log.info("slurm power resume %s", ", ".join(f"node={n} host={h}"
-                                                    for n, h in sorted(where.items())))  # fmt: skip
+        near = f" near {len(job_nodes)} running node(s) of the job" if job_nodes else ""
+        log.info("slurm power resume %s%s", ", ".join(f"node={n} host={h}"
+                 for n, h in sorted(where.items())), near)  # fmt: skip
         return where, powerable

@@ -21,8 +21,9 @@ class SlurmPowerConfig(BaseModel):
     pair_bytes_per_s: float = Field(
         default=1.0e6,
         ge=0,
-        description="Bytes/s assumed between every two nodes resumed together (one job's "
-        "nodes, not measured yet), so C keeps them on one host or rack.",
+        description="Bytes/s assumed between every two nodes of a resumed job (those resumed "
+        "together and its job_nodes that run; not measured yet), so C keeps them on one host "
+        "or rack.",
     )
     switch_wait_s: float = Field(
         default=180.0,

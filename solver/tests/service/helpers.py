@@ -21,16 +21,18 @@ ROOT = Path(__file__).resolve().parents[3]
 # A shared secret as clavis had before per-host keys: it must open nothing now.
 SECRET = b"test-secret-0123456789abcdef"
 ADMIN = "admin"
-# Per-host agent keys and an admin key, as id -> (host or ADMIN, secret); the keys file
-# write_setup writes lists them all.
+POWER = "power"  # Slurm's power programs' key role: /nodes/suspend and /nodes/resume only
+# Per-host agent keys, an admin key and a power key, as id -> (whose: a host, ADMIN or
+# POWER; secret); the keys file write_setup writes lists them all.
 KEYS = {f"h{i}-k1": (f"h{i}", f"key-of-h{i}-0123456789abcdef") for i in range(1, 17)}
 KEYS["admin-k1"] = (ADMIN, "admin-key-0123456789abcdef")
+KEYS["power-k1"] = (POWER, "power-key-0123456789abcdef")
 
 
 def key_toml(keys: dict[str, tuple[str, str]]) -> str:
     return "".join(
         f'[[keys]]\nid = "{kid}"\n'
-        + ('role = "admin"\n' if who == ADMIN else f'host = "{who}"\n')
+        + (f'role = "{who}"\n' if who in (ADMIN, POWER) else f'host = "{who}"\n')
         + f'secret = "{secret}"\n'
         for kid, (who, secret) in keys.items()
     )
@@ -118,7 +120,7 @@ def report(host: str, containers: list[dict[str, Any]], ts: float | None = None,
 def signed(
     path: str, body: bytes, method: str = "POST", now: float | None = None, by: str | None = None
 ) -> dict[str, str]:
-    """Headers signing a request with the first key of ``by`` (a host name or ADMIN); by
+    """Headers signing a request with the first key of ``by`` (a host name, ADMIN or POWER); by
     default a report is signed by its host's key (h1's when it names none) and anything
     else by the admin key."""
     who = by or (_report_host(body) if path.endswith("/reports") else ADMIN)

@@ -26,13 +26,13 @@ from clavis_contracts import MigrationStep, StepStatus
 from clavis_contracts.keys import AgentKey, peer_key_id, peer_step_secret, unwrap_peer_secret
 from clavis_contracts.signing import NonceCache, SignatureError, key_id_of, verify
 
-from .helpers import ADMIN, KEYS
+from .helpers import ADMIN, KEYS, POWER
 
 # the hosts' keys as clavisd has them (helpers.KEYS), by key id
 _HOST_KEYS = {
     kid: AgentKey(id=kid, host=who, secret=secret)
     for kid, (who, secret) in KEYS.items()
-    if who != ADMIN
+    if who not in (ADMIN, POWER)
 }
 
 

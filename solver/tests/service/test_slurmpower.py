@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ import pytest
 from clavis.model import Cluster, Container, Job, Placement, Workload
 from clavis.objectives import Weights
 from clavis.service.slurmpower import NodeAsk, ResumeError, SlurmPower, choose_hosts
+from clavis.service.slurmpower_api import ResumeIn
 from clavis.service.slurmpower_config import SlurmPowerConfig
 from clavis.service.snapshot import Snapshot
 
@@ -134,20 +136,103 @@ def _expand(hostlist: str) -> list[str]:
     return out
 
 
+def _no_job_lookup(job_id: int) -> str:
+    raise AssertionError(f"job {job_id}: the file gives nodes_alloc, no scontrol needed")
+
+
 def test_the_resume_program_asks_once_per_job_of_slurms_resume_file(tmp_path: Path) -> None:
     prog = _program()
     names = ["n1", "n2", "n3", "n4", "n5"]
     f = tmp_path / "resume.json"
-    f.write_text(json.dumps({"all_nodes": "n[1-5]", "jobs": [
-        {"job_id": 7, "nodes": "n[1-3]"}, {"job_id": 8, "nodes": "n3,n4"}]}))  # fmt: skip
-    # n3 belongs to the first job that names it; n5 to no job: a group of its own
-    assert prog.resume_groups(names, str(f), _expand) == [["n1", "n2", "n3"], ["n4"], ["n5"]]
+    # Slurm 23.02 on: nodes_resume and nodes_alloc (the job's nodes, resumed or up)
+    f.write_text(json.dumps({"all_nodes_resume": "n[1-5]", "jobs": [
+        {"job_id": 7, "nodes_alloc": "n[1-3],n8", "nodes_resume": "n[1-3]"},
+        {"job_id": 8, "nodes_alloc": "n[3-4],n9", "nodes_resume": "n3,n4"}]}))  # fmt: skip
+    groups, problems = prog.resume_groups(names, str(f), _expand, _no_job_lookup)
+    # n3 belongs to the first job that names it; n5 to no job: a group of its own; each
+    # job's nodes that are up are its allocated ones this run does not resume
+    assert [tuple(g) for g in groups] == [
+        (["n1", "n2", "n3"], ["n8"]), (["n4"], ["n9"]), (["n5"], [])]  # fmt: skip
+    assert problems == []
     # no file, or garbage: one group, as before Slurm wrote the file
-    assert prog.resume_groups(names, "", _expand) == [names]
+    assert prog.resume_groups(names, "", _expand, _no_job_lookup) == ([(names, [])], [])
     f.write_text("{not json")
-    assert prog.resume_groups(names, str(f), _expand) == [names]
+    assert prog.resume_groups(names, str(f), _expand, _no_job_lookup) == ([(names, [])], [])
     f.write_text(json.dumps({"jobs": [{"job_id": 1, "nodes": 5}, "x"]}))
-    assert prog.resume_groups(names, str(f), _expand) == [names]
+    assert prog.resume_groups(names, str(f), _expand, _no_job_lookup) == ([(names, [])], [])
+
+
+def test_with_slurm_22_05s_resume_file_the_job_nodes_come_from_scontrol(tmp_path: Path) -> None:
+    prog = _program()
+    f = tmp_path / "resume.json"
+    f.write_text(json.dumps({"all_nodes": "n[1-2]", "jobs": [{"job_id": 7, "nodes": "n[1-2]"}]}))
+    asked: list[int] = []
+
+    def lookup(job_id: int) -> str:
+        asked.append(job_id)
+        return "n[1-2],n6"
+
+    assert prog.resume_groups(["n1", "n2"], str(f), _expand, lookup) == (
+        [(["n1", "n2"], ["n6"])],
+        [],
+    )
+    assert asked == [7]
+    # and the NodeList parser reads scontrol's one-line record (ReqNodeList is not it)
+    line = "JobId=7 JobName=x ReqNodeList=(null) ExcNodeList=(null) NodeList=n[1-2],n6 BatchHost=n6"
+    exe = tmp_path / "scontrol"
+    exe.write_text(f"#!/bin/sh\necho '{line}'\n")
+    exe.chmod(0o755)
+    assert prog.job_nodelist(str(exe), 7) == "n[1-2],n6"
+
+
+_RESUMED = {"job_id": 7, "nodes_resume": "n1"}
+
+
+@pytest.mark.parametrize(
+    ("job", "says"),
+    [
+        ({**_RESUMED, "nodes_alloc": 5}, "nodes_alloc 5 is not a host list"),
+        ({**_RESUMED, "nodes_alloc": ""}, 'nodes_alloc "" is not a host list'),
+        ({**_RESUMED, "nodes_alloc": "n[1-"}, "nodes_alloc 'n[1-' is not a host list: bad"),
+        ({**_RESUMED, "nodes_alloc": "n1,x y"}, "names 'x y', not a node name"),
+        ({"job_id": "7; rm", "nodes": "n1"}, "job_id '7; rm' is not a job id"),
+        ({"job_id": True, "nodes": "n1"}, "job_id 'True' is not a job id"),
+    ],
+)
+def test_garbage_in_the_job_nodes_is_refused_by_name_and_the_nodes_still_resume(
+    tmp_path: Path, job: dict[str, Any], says: str
+) -> None:
+    prog = _program()
+
+    def expand(hostlist: str) -> list[str]:
+        if hostlist.count("[") != hostlist.count("]"):
+            raise prog.PowerError(f"bad host list {hostlist!r}")
+        return _expand(hostlist)
+
+    f = tmp_path / "resume.json"
+    f.write_text(json.dumps({"jobs": [job]}))
+    groups, problems = prog.resume_groups(["n1"], str(f), expand, _no_job_lookup)
+    assert groups == [(["n1"], [])]
+    assert len(problems) == 1 and "SLURM_RESUME_FILE job" in problems[0], problems
+    assert says in problems[0], problems
+
+
+def test_the_resume_request_is_checked_as_clavisd_checks_it() -> None:
+    prog = _program()
+    sizes = [{"name": "n1", "cores": 2, "memory_bytes": 2**30}]
+    # without job nodes: version 1, which every clavisd reads; with them: version 2
+    assert prog.resume_request(sizes, []) == {"nodes": sizes}
+    doc = prog.resume_request(sizes, ["n6"])
+    assert doc == {"schema_version": 2, "nodes": sizes, "job_nodes": ["n6"]}
+    assert ResumeIn.model_validate(doc).job_nodes == ["n6"]  # clavisd's end agrees
+    for job_nodes, says in ((["n1"], "job_nodes n1 are being resumed"),
+                            (["n6", "n6"], "job_nodes lists a node more than once"),
+                            (["n 6"], "job_nodes has 'n 6', not a node name"),
+                            (["n"] * 4097, "4097 job_nodes")):  # fmt: skip
+        with pytest.raises(prog.PowerError, match=re.escape(says)):
+            prog.resume_request(sizes, job_nodes)
+    with pytest.raises(prog.PowerError, match="node n1: cores 0"):
+        prog.resume_request([{**sizes[0], "cores": 0}], [])
 
 
 def test_the_programs_refuse_a_key_file_others_can_read(tmp_path: Path) -> None:
@@ -159,3 +244,35 @@ def test_the_programs_refuse_a_key_file_others_can_read(tmp_path: Path) -> None:
         prog.load_key(key)
     key.chmod(0o600)
     assert prog.load_key(key) == ("k1", b"0123456789abcdef0123")
+
+
+# --- the job's running nodes (SLURM_RESUME_FILE's nodes_alloc less nodes_resume) ------
+
+
+def test_a_resumed_node_goes_to_the_rack_of_its_jobs_running_node() -> None:
+    # x (the job's node that is up) fills h2 in rack r0; h1 (r1) and h4 (r0) each have 4
+    # cores free and the same load, so alone the node ties and goes to h1 by name
+    snap = _snap({"x": ("h2", 8), "y": ("h1", 4), "z": ("h4", 4)}, {"h3": "drain"})
+    opts: dict[str, Any] = {"powerable": frozenset(), "pending": {}, "pair_bytes_per_s": 1e6}
+    assert choose_hosts(snap, _ask("a"), W, **opts) == {"a": "h1"}
+    assert choose_hosts(snap, _ask("a"), W, job_nodes=["x"], **opts) == {"a": "h4"}
+    # a name clavisd has not seen reported changes nothing
+    assert choose_hosts(snap, _ask("a"), W, job_nodes=["ghost"], **opts) == {"a": "h1"}
+
+
+def test_a_resumed_node_joins_its_jobs_running_node_on_its_host_when_there_is_room() -> None:
+    snap = _snap({"x": ("h2", 4), "y": ("h1", 2), "z": ("h4", 2)}, {"h3": "drain"})
+    opts: dict[str, Any] = {"powerable": frozenset(), "pending": {}, "pair_bytes_per_s": 1e6}
+    assert choose_hosts(snap, _ask("a"), W, **opts) == {"a": "h1"}
+    assert choose_hosts(snap, _ask("a"), W, job_nodes=["x"], **opts) == {"a": "h2"}
+    # two resumed nodes (6 cores) that do not fit beside x go to its rack (h4), not to h1
+    assert choose_hosts(snap, _ask("a", "b", cores=3), W, **opts) == {"a": "h1", "b": "h1"}
+    got = choose_hosts(snap, _ask("a", "b", cores=3), W, job_nodes=["x"], **opts)
+    assert got == {"a": "h4", "b": "h4"}
+
+
+def test_the_programs_sample_config_loads() -> None:
+    prog = _program()
+    sample = Path(__file__).resolve().parents[3] / "deploy" / "config" / "slurm-power.toml.sample"
+    cfg = prog.load_config(sample)
+    assert cfg["url"].startswith("https://") and cfg["key_file"].endswith(".toml")
