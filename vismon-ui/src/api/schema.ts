@@ -379,8 +379,9 @@ export interface paths {
         put?: never;
         /**
          * Resume
-         * @description Start the nodes' containers on hosts chosen by the evaluator, powering hosts on
-         *     as needed (Slurm's ResumeProgram); each node's host and result.
+         * @description Start the nodes' containers on hosts chosen by the evaluator, near the job's
+         *     nodes that run (job_nodes), powering hosts on as needed (Slurm's ResumeProgram);
+         *     each node's host and result.
          */
         post: operations["resume_api_v1_nodes_resume_post"];
         delete?: never;
@@ -1505,8 +1506,20 @@ export interface components {
         };
         /** ResumeIn */
         ResumeIn: {
+            /**
+             * Job Nodes
+             * @description Schema version 2: the job's allocated nodes that are not being resumed (SLURM_RESUME_FILE's nodes_alloc less nodes_resume), which are up; the evaluator counts them as members of the job, so the new nodes go near them.
+             */
+            job_nodes?: string[];
             /** Nodes */
             nodes: components["schemas"]["ResumeNode"][];
+            /**
+             * Schema Version
+             * @description 1: nodes only; 2: also job_nodes (RESUME_VERSION).
+             * @default 1
+             * @enum {integer}
+             */
+            schema_version: 1 | 2;
         };
         /** ResumeNode */
         ResumeNode: {
