@@ -353,6 +353,7 @@ void clavis_advice_free(clavis_advice_t *adv)
 	}
 	free(adv->nodes);
 	free(adv->slots);
+	free(adv->rack_counts);
 	for (i = 0; i < adv->n_apps; i++)
 		free(adv->apps[i].key);
 	free(adv->apps);

@@ -1,8 +1,8 @@
 /*
  * clavis_advice.h - clavisd's advice file (docs/clavisd.md, advice.schema.json v2;
  * v1 files, without applications, are read too) for select_clavis.so: bounded,
- * non-blocking, cached by the file's identity. Independent of Slurm, so the parser
- * can be tested with garbage on its own.
+ * non-blocking, read again only when the file's identity changes. Independent of
+ * Slurm, so the parser can be tested with garbage on its own.
  */
 #ifndef CLAVIS_ADVICE_H
 #define CLAVIS_ADVICE_H
@@ -59,6 +59,10 @@ typedef struct {
 	size_t n;
 	clavis_advice_node_t *nodes; /* sorted by node name */
 	size_t n_racks; /* distinct racks of the nodes */
+	/* derived: n_racks counters, clavis_narrow's scratch, allocated once per file
+	 * rather than per job test; its holder uses the advice alone (the watcher's
+	 * mutex, clavis_advice_watch.h) */
+	size_t *rack_counts;
 	/* derived: the node names' hash index (clavis_advice_index.c) */
 	uint32_t *slots;
 	size_t n_slots;
@@ -104,29 +108,39 @@ int clavis_advice_host_has_devil(const clavis_advice_t *adv, const char *host);
 int clavis_rfc3339(const char *text, double *out);
 
 /*
- * A file read at most once per change: open(O_NONBLOCK), fstat, refused unless a
- * regular file of at most max_bytes; parsed again only when its (inode, size, mtime)
- * changed. A failed read or parse is cached too (no retry until the file changes).
+ * The advice file as one reader follows it (select_clavis.c: its watcher thread,
+ * clavis_advice_watch.h): a stat per look; only when the file's identity (device,
+ * inode, size, mtime) changed, an open(O_NONBLOCK), fstat, a refusal unless it is a
+ * regular file of at most max_bytes, a read and a parse. A refused file is not read
+ * again until it changes. Not thread-safe: one reader per struct.
  */
 typedef struct {
 	const char *path;
 	size_t max_bytes;
-	/* identity of what was read last */
+	/* what the last change was */
+	int seen; /* looked at once at least */
+	int exists; /* it could be examined: the identity below is its */
 	dev_t dev;
 	ino_t ino;
 	off_t size;
 	struct timespec mtime;
-	int have; /* something was read */
-	int ok; /* ... and it parsed */
-	const char *why; /* if not ok */
-	clavis_advice_t adv;
-} clavis_advice_cache_t;
+	const char *why; /* static reason the last change gave no advice, or NULL */
+	unsigned long reads; /* how many times the file's bytes were read */
+} clavis_advice_file_t;
 
-/* The advice if the file is readable, valid and fresh at `now`, else NULL with a
- * static reason in *why. *changed is set when the file was (re)read this call. */
-const clavis_advice_t *clavis_advice_load(clavis_advice_cache_t *cache,
-					  double now, const char **why,
-					  int *changed);
-void clavis_advice_cache_free(clavis_advice_cache_t *cache);
+/*
+ * Look at the file once. RET 0 unchanged since the last look; 1 changed: then *out is
+ * the advice it holds (malloc'd, the caller frees it with clavis_advice_destroy) or
+ * NULL, with the reason in f->why.
+ */
+int clavis_advice_read(clavis_advice_file_t *f, clavis_advice_t **out);
+
+/* Free an advice of clavis_advice_read (NULL is fine). */
+void clavis_advice_destroy(clavis_advice_t *adv);
+
+/* RET NULL if `adv` (the last change of `f`, or NULL) is usable at `now`, else the
+ * static reason it is not (f->why, or stale). */
+const char *clavis_advice_why_not(const clavis_advice_file_t *f,
+				  const clavis_advice_t *adv, double now);
 
 #endif /* CLAVIS_ADVICE_H */

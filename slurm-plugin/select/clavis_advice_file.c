@@ -1,6 +1,7 @@
 /*
- * clavis_advice_file.c - the advice file behind its cache: a bounded, non-blocking
- * read, parsed again only when the file's identity changes (clavis_advice.h).
+ * clavis_advice_file.c - the advice file as one reader follows it: a stat per look,
+ * a bounded, non-blocking read and a parse only when its identity changed
+ * (clavis_advice.h).
  */
 #include "clavis_advice.h"
 
@@ -9,6 +10,8 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+static const char why_stale[] = "stale (older than its valid_s)";
 
 /* Read the whole (regular, bounded) file behind `fd`. RET malloc'd text or NULL. */
 static char *_read_all(int fd, size_t size, const char **why)
@@ -38,73 +41,116 @@ static char *_read_all(int fd, size_t size, const char **why)
 	return text;
 }
 
-static int _same_file(const clavis_advice_cache_t *c, const struct stat *st)
+static int _same_file(const clavis_advice_file_t *f, const struct stat *st)
 {
-	return c->have && c->dev == st->st_dev && c->ino == st->st_ino &&
-	       c->size == st->st_size &&
-	       c->mtime.tv_sec == st->st_mtim.tv_sec &&
-	       c->mtime.tv_nsec == st->st_mtim.tv_nsec;
+	return f->seen && f->exists && f->dev == st->st_dev &&
+	       f->ino == st->st_ino && f->size == st->st_size &&
+	       f->mtime.tv_sec == st->st_mtim.tv_sec &&
+	       f->mtime.tv_nsec == st->st_mtim.tv_nsec;
 }
 
-/* Read and parse into the cache; the cache records the outcome either way. */
-static void _reload(clavis_advice_cache_t *c, int fd, const struct stat *st)
+static void _remember(clavis_advice_file_t *f, const struct stat *st)
 {
+	f->seen = f->exists = 1;
+	f->dev = st->st_dev;
+	f->ino = st->st_ino;
+	f->size = st->st_size;
+	f->mtime = st->st_mtim;
+}
+
+/* Parse `fd`'s `size` bytes into a new advice. RET it, or NULL with *why. */
+static clavis_advice_t *_parse_fd(clavis_advice_file_t *f, int fd, size_t size,
+				  const char **why)
+{
+	clavis_advice_t *adv = calloc(1, sizeof(*adv));
 	char *text;
 
-	clavis_advice_free(&c->adv);
-	c->have = 1;
-	c->ok = 0;
-	c->dev = st->st_dev;
-	c->ino = st->st_ino;
-	c->size = st->st_size;
-	c->mtime = st->st_mtim;
-	if (!(text = _read_all(fd, (size_t)st->st_size, &c->why)))
-		return;
-	c->ok = !clavis_advice_parse(text, (size_t)st->st_size, &c->adv,
-				     &c->why);
+	if (!adv) {
+		*why = "out of memory";
+		return NULL;
+	}
+	f->reads++;
+	if (!(text = _read_all(fd, size, why))) {
+		free(adv);
+		return NULL;
+	}
+	if (clavis_advice_parse(text, size, adv, why) < 0) {
+		free(adv);
+		adv = NULL;
+	}
 	free(text);
+	return adv;
 }
 
-const clavis_advice_t *clavis_advice_load(clavis_advice_cache_t *c, double now,
-					  const char **why, int *changed)
+/* The file opened (never blocking: a FIFO without a writer opens at once) and
+ * checked; the identity recorded is the opened file's (it may have been replaced
+ * since the stat). RET the advice or NULL with f->why. */
+static clavis_advice_t *_load(clavis_advice_file_t *f, const struct stat *seen)
 {
+	clavis_advice_t *adv = NULL;
 	struct stat st;
 	int fd;
 
-	*changed = 0;
-	fd = open(c->path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+	_remember(f, seen);
+	fd = open(f->path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
 	if (fd < 0) {
-		*why = errno == ENOENT ? "missing" : "cannot be opened";
+		f->why = errno == ENOENT ? "missing" : "cannot be opened";
 		return NULL;
 	}
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-		(void)close(fd);
-		*why = "not a regular file";
-		return NULL;
+	if (fstat(fd, &st) < 0) {
+		f->why = "cannot be examined";
+	} else {
+		_remember(f, &st);
+		if (!S_ISREG(st.st_mode))
+			f->why = "not a regular file";
+		else if ((size_t)st.st_size > f->max_bytes)
+			f->why = "larger than its size limit";
+		else
+			adv = _parse_fd(f, fd, (size_t)st.st_size, &f->why);
 	}
-	if ((size_t)st.st_size > c->max_bytes) {
-		(void)close(fd);
-		*why = "larger than its size limit";
-		return NULL;
+	if (close(fd) < 0 && adv) {
+		clavis_advice_destroy(adv);
+		adv = NULL;
+		f->why = "cannot be closed";
 	}
-	if (!_same_file(c, &st)) {
-		_reload(c, fd, &st);
-		*changed = 1;
-	}
-	(void)close(fd);
-	if (!c->ok) {
-		*why = c->why;
-		return NULL;
-	}
-	if (!clavis_advice_fresh(&c->adv, now)) {
-		*why = "stale (older than its valid_s)";
-		return NULL;
-	}
-	return &c->adv;
+	if (adv)
+		f->why = NULL;
+	return adv;
 }
 
-void clavis_advice_cache_free(clavis_advice_cache_t *c)
+int clavis_advice_read(clavis_advice_file_t *f, clavis_advice_t **out)
 {
-	clavis_advice_free(&c->adv);
-	c->have = c->ok = 0;
+	const char *why;
+	struct stat st;
+
+	*out = NULL;
+	if (stat(f->path, &st) < 0) {
+		why = errno == ENOENT ? "missing" : "cannot be examined";
+		if (f->seen && !f->exists && f->why == why)
+			return 0;
+		f->seen = 1;
+		f->exists = 0;
+		f->why = why;
+		return 1;
+	}
+	if (_same_file(f, &st))
+		return 0;
+	*out = _load(f, &st);
+	return 1;
+}
+
+void clavis_advice_destroy(clavis_advice_t *adv)
+{
+	if (!adv)
+		return;
+	clavis_advice_free(adv);
+	free(adv);
+}
+
+const char *clavis_advice_why_not(const clavis_advice_file_t *f,
+				  const clavis_advice_t *adv, double now)
+{
+	if (!adv)
+		return f->why ? f->why : "not read yet";
+	return clavis_advice_fresh(adv, now) ? NULL : why_stale;
 }

@@ -87,6 +87,8 @@ static int _number_racks(clavis_advice_t *adv)
 	}
 	adv->n_racks++;
 	free(by_rack);
+	if (!(adv->rack_counts = calloc(adv->n_racks, sizeof(*adv->rack_counts))))
+		return -1;
 	return 0;
 }
 

@@ -1,11 +1,17 @@
 /*
  * clavis_advice_test.c - drive the advice reader from the command line, for
- * slurm-plugin/tests (garbage, limits, staleness, the cache).
+ * slurm-plugin/tests (garbage, limits, staleness, file identity, the watcher).
  *
  *   clavis_advice_test parse FILE NOW        one line per node, then "v2 apps N" and one
  *                                            line per application, or "refused: WHY"
- *   clavis_advice_test load FILE NOW MAX [N] the cached loader N times (default 1):
- *                                            "advice N nodes (read R times)" or "none: WHY"
+ *   clavis_advice_test load FILE NOW MAX [N] N looks at the file (default 1), as the
+ *                                            watcher thread looks: "advice N nodes (read
+ *                                            R times)" or "none: WHY (read R times)"
+ *   clavis_advice_test watch FILE MAX SRC... the watcher thread on FILE; each SRC in
+ *                                            turn renamed onto FILE ("-": FILE removed),
+ *                                            then what a job test holds once the thread
+ *                                            handled it; job tests hold and release
+ *                                            meanwhile (see _watch)
  *   clavis_advice_test rfc3339 TEXT          seconds since the epoch, or "bad"
  *   clavis_advice_test key UID NAME          the application key, or "none"
  *   clavis_advice_test fuzz FILE N SEED      N seeded random mutants of FILE parsed:
@@ -15,8 +21,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "clavis_advice.h"
+#include "clavis_advice_watch.h"
 
 #define MAX_FILE (64 << 20)
 
@@ -85,23 +93,136 @@ static int _parse(const char *path, double now)
 
 static int _load(char **argv, int argc)
 {
-	clavis_advice_cache_t c = { 0 };
-	const clavis_advice_t *adv = NULL;
-	const char *why = NULL;
-	int i, times = argc > 5 ? atoi(argv[5]) : 1, changed, reads = 0;
+	clavis_advice_file_t f = { .path = argv[2] };
+	clavis_advice_t *adv = NULL, *got;
+	const char *why;
+	int i, times = argc > 5 ? atoi(argv[5]) : 1;
 
-	c.path = argv[2];
-	c.max_bytes = strtoul(argv[4], NULL, 10);
+	f.max_bytes = strtoul(argv[4], NULL, 10);
 	for (i = 0; i < times; i++) {
-		adv = clavis_advice_load(&c, atof(argv[3]), &why, &changed);
-		reads += changed;
+		if (clavis_advice_read(&f, &got)) {
+			clavis_advice_destroy(adv);
+			adv = got;
+		}
 	}
-	if (adv)
-		printf("advice %zu nodes (read %d times)\n", adv->n, reads);
+	if (!(why = clavis_advice_why_not(&f, adv, atof(argv[3]))))
+		printf("advice %zu nodes (read %lu times)\n", adv->n, f.reads);
 	else
-		printf("none: %s (read %d times)\n", why, reads);
-	clavis_advice_cache_free(&c);
+		printf("none: %s (read %lu times)\n", why, f.reads);
+	clavis_advice_destroy(adv);
 	return 0;
+}
+
+/* What the watcher told (its thread), and how many changes: _watch waits on it. */
+static pthread_mutex_t told_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t told_cond = PTHREAD_COND_INITIALIZER;
+static unsigned long told_changes;
+
+static void _told(void *arg, const clavis_advice_news_t *news)
+{
+	(void)arg;
+	if (pthread_mutex_lock(&told_lock))
+		abort();
+	if (news->report && news->adv)
+		printf("told: advice %zu nodes\n", news->adv->n);
+	else if (news->report)
+		printf("told: %s\n", news->why);
+	told_changes += (unsigned long)news->changed;
+	if (pthread_cond_broadcast(&told_cond) ||
+	    pthread_mutex_unlock(&told_lock))
+		abort();
+}
+
+/* Put SRC in place of FILE as a writer would (rename), or remove FILE ("-"). */
+static int _put(const char *src, const char *file)
+{
+	char tmp[4096];
+	FILE *in, *out;
+	size_t n;
+	int rc = 0;
+
+	if (!strcmp(src, "-"))
+		return unlink(file) ? -1 : 0;
+	if (snprintf(tmp, sizeof(tmp), "%s.tmp", file) >= (int)sizeof(tmp))
+		return -1;
+	if (!(in = fopen(src, "rb")))
+		return -1;
+	if (!(out = fopen(tmp, "wb"))) {
+		(void)fclose(in);
+		return -1;
+	}
+	while ((n = fread(tmp, 1, sizeof(tmp), in)) > 0)
+		if (fwrite(tmp, 1, n, out) != n)
+			rc = -1;
+	if (fclose(in) || fclose(out) || rc)
+		return -1;
+	if (snprintf(tmp, sizeof(tmp), "%s.tmp", file) >= (int)sizeof(tmp))
+		return -1;
+	return rename(tmp, file) ? -1 : 0;
+}
+
+/* Until the watcher told its `want`th change: job tests hold and release the
+ * advice meanwhile (each a look at every node), as slurmctld's would while the
+ * thread parses. RET 0, or -1 after 60 s or on an error. */
+static int _wait_told(clavis_advice_watch_t *w, unsigned long want)
+{
+	const clavis_advice_t *adv;
+	time_t until = time(NULL) + 60;
+	unsigned long done;
+	size_t i;
+
+	for (;;) {
+		if (pthread_mutex_lock(&told_lock))
+			return -1;
+		done = told_changes;
+		if (pthread_mutex_unlock(&told_lock))
+			return -1;
+		if (done >= want)
+			return 0;
+		if (time(NULL) > until)
+			return -1;
+		if (clavis_advice_hold(w, (double)time(NULL), &adv, NULL))
+			return -1;
+		for (i = 0; adv && i < adv->n; i++)
+			if (clavis_advice_find(adv, adv->nodes[i].node) !=
+			    &adv->nodes[i])
+				abort();
+		if (clavis_advice_release(w))
+			return -1;
+	}
+}
+
+static int _watch(int argc, char **argv)
+{
+	clavis_advice_watch_t w;
+	const clavis_advice_t *adv;
+	unsigned long seq;
+	int i, rc;
+
+	if (clavis_advice_watch_init(&w, argv[2], strtoul(argv[3], NULL, 10), 5,
+				     _told, NULL) ||
+	    clavis_advice_watch_start(&w))
+		return 2;
+	/* the thread's first look is a change (a file, or none): then one per SRC */
+	rc = _wait_told(&w, 1) ? 3 : 0;
+	for (i = 4; i < argc && !rc; i++) {
+		if (_put(argv[i], argv[2]) || _wait_told(&w, (unsigned long)i - 2) ||
+		    clavis_advice_hold(&w, (double)time(NULL), &adv, &seq)) {
+			rc = 3;
+			break;
+		}
+		if (pthread_mutex_lock(&told_lock))
+			abort();
+		if (adv)
+			printf("held %s: advice %zu nodes (change %lu)\n", argv[i],
+			       adv->n, seq);
+		else
+			printf("held %s: none (change %lu)\n", argv[i], seq);
+		if (pthread_mutex_unlock(&told_lock) || clavis_advice_release(&w))
+			rc = 3;
+	}
+	clavis_advice_watch_fini(&w);
+	return rc;
 }
 
 /* xorshift64: a fixed, seeded sequence, so a failing case can be replayed */
@@ -225,6 +346,8 @@ int main(int argc, char **argv)
 		return _load(argv, argc);
 	if (argc == 5 && !strcmp(argv[1], "fuzz"))
 		return _fuzz(argv[2], atol(argv[3]), strtoull(argv[4], NULL, 10));
+	if (argc >= 5 && !strcmp(argv[1], "watch"))
+		return _watch(argc, argv);
 	if (argc == 4 && !strcmp(argv[1], "key"))
 		return _key(argv[2], argv[3]);
 	if (argc == 3 && !strcmp(argv[1], "rfc3339")) {

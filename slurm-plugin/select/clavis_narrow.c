@@ -24,19 +24,18 @@ static void _drop_hosts(const clavis_cands_t *c, int strict, unsigned char *out)
 }
 
 /* Keep only the rack with the most nodes of `out` (a node without advice has no rack
- * and goes): one pass counting per rack id, one clearing. RET 1 if kept, 0 if no rack
- * has min_nodes (then `out` is untouched), -1 out of memory. */
+ * and goes): one pass counting per rack id (in the advice's scratch counters), one
+ * clearing. RET 1 if kept, 0 if no rack has min_nodes (then `out` is untouched). */
 static int _keep_best_rack(const clavis_advice_t *adv, const clavis_cands_t *c,
 			   uint32_t min_nodes, unsigned char *out)
 {
+	size_t i, best = 0, *counts = adv->rack_counts;
 	const clavis_advice_node_t *a;
-	size_t i, best = 0, *counts;
 	int found = 0;
 
 	if (!adv->n_racks)
 		return 0;
-	if (!(counts = calloc(adv->n_racks, sizeof(*counts))))
-		return -1;
+	memset(counts, 0, adv->n_racks * sizeof(*counts));
 	for (i = 0; i < c->n; i++) {
 		if (!out[i] || !(a = c->entry[i]))
 			continue;
@@ -46,11 +45,8 @@ static int _keep_best_rack(const clavis_advice_t *adv, const clavis_cands_t *c,
 			found = 1;
 		}
 	}
-	if (!found || counts[best] < min_nodes) {
-		free(counts);
+	if (!found || counts[best] < min_nodes)
 		return 0;
-	}
-	free(counts);
 	for (i = 0; i < c->n; i++)
 		if (out[i] && (!(a = c->entry[i]) || a->rack_id != best))
 			out[i] = 0;
@@ -61,7 +57,7 @@ int clavis_narrow(const clavis_advice_t *adv, const clavis_cands_t *c,
 		  uint32_t min_nodes, int devil, int strict, unsigned char *out)
 {
 	size_t i, kept = 0, in = 0;
-	int narrowed = 0, rc;
+	int narrowed = 0;
 
 	for (i = 0; i < c->n; i++)
 		out[i] = c->in[i] ? 1 : 0;
@@ -69,11 +65,8 @@ int clavis_narrow(const clavis_advice_t *adv, const clavis_cands_t *c,
 		_drop_hosts(c, strict, out);
 		narrowed = 1;
 	}
-	if (min_nodes >= 2) {
-		if ((rc = _keep_best_rack(adv, c, min_nodes, out)) < 0)
-			return -1;
-		narrowed |= rc;
-	}
+	if (min_nodes >= 2)
+		narrowed |= _keep_best_rack(adv, c, min_nodes, out);
 	for (i = 0; i < c->n; i++) {
 		kept += out[i];
 		in += c->in[i] ? 1 : 0;

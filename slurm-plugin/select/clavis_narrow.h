@@ -25,10 +25,11 @@ typedef struct {
  * with `strict` also the nodes the advice cannot vouch for: no entry, or a host of
  * unknown contention); a job of min_nodes >= 2 keeps only the rack with the most
  * remaining nodes (the first to reach that count in node order), when it has
- * min_nodes. O(n + racks).
+ * min_nodes. O(n + racks), no allocation: the racks are counted in the advice's
+ * rack_counts, so the caller must hold the advice alone (clavis_advice_hold).
  * OUT out[0..n-1]: 1 for a node kept.
  * RET 1 if `out` is narrower than `in` and has at least min_nodes nodes, 0 if the
- * advice says nothing for this job (then `out` is meaningless), -1 out of memory.
+ * advice says nothing for this job (then `out` is meaningless).
  */
 int clavis_narrow(const clavis_advice_t *adv, const clavis_cands_t *c,
 		  uint32_t min_nodes, int devil, int strict, unsigned char *out);

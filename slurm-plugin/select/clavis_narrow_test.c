@@ -4,25 +4,35 @@
  *
  *   clavis_narrow_test narrow ADVICE NOW NODES MIN DEVIL STRICT
  *       "narrowed K: NODE..." (the nodes kept, in table order) or "nothing: WHY"
- *   clavis_narrow_test time ADVICE NOW NODES MIN DEVIL REPS
- *       1 + REPS job tests of the plugin's own work (the cached advice load, one
- *       lookup per candidate, both narrowed sets): the first, which reads the file,
- *       apart, then the REPS others' wall and CPU time: "first_us F cpu_first_us G
- *       median_us M max_us X cpu_median_us C cpu_max_us Y kept K"
+ *   clavis_narrow_test time ADVICE NOW NODES MIN DEVIL REPS [CHANGES]
+ *       job tests of the plugin's own work (the advice held from the watcher
+ *       thread, one lookup per candidate, both narrowed sets) while the thread
+ *       follows the file, which changes CHANGES times (default 3: its mtime set
+ *       anew, so the thread reads and parses it again): during each reload the job
+ *       tests go on (timed too), the first to see the new advice is timed apart,
+ *       then REPS more. "first_us F cpu_first_us G" (the worst first job test after
+ *       a change) "median_us M max_us X cpu_median_us C cpu_p99_us P cpu_max_us Y"
+ *       (every job test, the first ones included) "kept K tests T changes N"
  *
  * NODES: the node table, one name a line; a name prefixed with '!' is in the table
- * but no candidate. The advice is read through the plugin's cache with no size
- * limit beyond CLAVIS_ADVICE_MAX_BYTES_DEFAULT.
+ * but no candidate. The advice is read as the plugin reads it, with no size limit
+ * beyond CLAVIS_ADVICE_MAX_BYTES_DEFAULT.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "clavis_advice.h"
+#include "clavis_advice_watch.h"
 #include "clavis_narrow.h"
 
 #define LINE_MAX_LEN 512
+#define POLL_MS 5 /* the watcher's interval here: changes are seen soon */
+#define WAIT_S 120 /* at most this long for the thread to handle a change */
+#define MAX_TESTS 1000000 /* job tests timed in one run at most */
 
 typedef struct {
 	size_t n;
@@ -98,28 +108,47 @@ static double _us(clockid_t clock)
 	return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
 }
 
-/* One job test's work. RET the nodes kept in the best set, 0 if none, -1 on error. */
-static long _job_test(clavis_advice_cache_t *cache, double now, const table_t *t,
-		      const clavis_advice_node_t **entry, unsigned char *out,
-		      uint32_t min_nodes, int devil)
+/* The timings of one run. */
+typedef struct {
+	double *us, *cpu; /* every job test */
+	size_t n, cap;
+	double first, cpu_first; /* the worst first job test after a change */
+	long kept;
+} timings_t;
+
+/* One job test's work, timed into `tm`. RET 1 if it saw change `want` (or a later
+ * one), 0 if not yet, -1 on error. */
+static int _job_test(clavis_advice_watch_t *w, double now, const table_t *t,
+		     const clavis_advice_node_t **entry, unsigned char *out,
+		     uint32_t min_nodes, int devil, unsigned long want,
+		     timings_t *tm)
 {
+	double t0 = _us(CLOCK_MONOTONIC), c0 = _us(CLOCK_THREAD_CPUTIME_ID);
 	const clavis_advice_t *adv;
-	const char *why;
+	unsigned long seq;
 	clavis_cands_t c;
-	long kept = 0;
-	int changed, strict, rc;
+	int strict, rc;
 	size_t i;
 
-	if (!(adv = clavis_advice_load(cache, now, &why, &changed)))
-		return 0;
-	_cands(adv, t, entry, &c);
-	for (strict = 0; strict <= devil; strict++) {
-		if ((rc = clavis_narrow(adv, &c, min_nodes, devil, strict, out)) < 0)
-			return -1;
-		for (i = 0, kept = 0; rc && i < t->n; i++)
-			kept += out[i];
+	if (tm->n == tm->cap || clavis_advice_hold(w, now, &adv, &seq))
+		return -1;
+	if (adv) {
+		_cands(adv, t, entry, &c);
+		for (strict = 0; strict <= devil; strict++) {
+			rc = clavis_narrow(adv, &c, min_nodes, devil, strict, out);
+			for (i = 0, tm->kept = 0; rc && i < t->n; i++)
+				tm->kept += out[i];
+		}
 	}
-	return kept;
+	if (clavis_advice_release(w))
+		return -1;
+	/* before the thread's first look there is nothing to time */
+	if (seq) {
+		tm->cpu[tm->n] = _us(CLOCK_THREAD_CPUTIME_ID) - c0;
+		tm->us[tm->n] = _us(CLOCK_MONOTONIC) - t0;
+		tm->n++;
+	}
+	return seq >= want;
 }
 
 static int _by_double(const void *a, const void *b)
@@ -129,92 +158,143 @@ static int _by_double(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
+/* Job tests until one sees change `want` (timed apart as a first), then `reps`
+ * more. RET 0, or -1 on error or after WAIT_S. */
+static int _round(clavis_advice_watch_t *w, double now, const table_t *t,
+		  const clavis_advice_node_t **entry, unsigned char *out,
+		  uint32_t min_nodes, int devil, unsigned long want, int reps,
+		  timings_t *tm)
+{
+	double until = _us(CLOCK_MONOTONIC) + WAIT_S * 1e6;
+	int rc, i;
+
+	const struct timespec pause = { 0, 1000000 };
+
+	/* a job test a millisecond while the thread reloads: slurmctld's pace, not a
+	 * busy loop that would take the thread's core */
+	while (!(rc = _job_test(w, now, t, entry, out, min_nodes, devil, want,
+				tm))) {
+		if (_us(CLOCK_MONOTONIC) > until)
+			return -1;
+		(void)nanosleep(&pause, NULL);
+	}
+	if (rc < 0)
+		return -1;
+	if (tm->us[tm->n - 1] > tm->first)
+		tm->first = tm->us[tm->n - 1];
+	if (tm->cpu[tm->n - 1] > tm->cpu_first)
+		tm->cpu_first = tm->cpu[tm->n - 1];
+	for (i = 0; i < reps; i++)
+		if (_job_test(w, now, t, entry, out, min_nodes, devil, 0, tm) < 0)
+			return -1;
+	return 0;
+}
+
+/* The file's mtime set to its original one plus k seconds. RET 0 or -1. */
+static int _touch(const char *path, const struct stat *st, long k)
+{
+	struct timespec times[2] = { { 0, UTIME_OMIT }, st->st_mtim };
+
+	times[1].tv_sec += k;
+	return utimensat(AT_FDCWD, path, times, 0);
+}
+
 static int _run(int argc, char **argv, const table_t *t)
 {
-	clavis_advice_cache_t cache = { .path = argv[2],
-					.max_bytes = CLAVIS_ADVICE_MAX_BYTES_DEFAULT };
 	const clavis_advice_node_t **entry = calloc(t->n + 1, sizeof(*entry));
 	unsigned char *out = calloc(t->n + 1, 1);
 	uint32_t min_nodes = (uint32_t)strtoul(argv[5], NULL, 10);
-	int devil = atoi(argv[6]), reps = atoi(argv[7]), i, rc = 0;
-	size_t size = (size_t)(reps > 0 ? reps : 1);
-	double *us = calloc(size, sizeof(*us)), *cpu = calloc(size, sizeof(*cpu));
-	double t0, c0, first = 0, cpu_first = 0;
-	long kept = 0;
+	int devil = atoi(argv[6]), reps = atoi(argv[7]), rc = 0;
+	long changes = argc > 8 ? atol(argv[8]) : 3, k;
+	timings_t tm = { .cap = MAX_TESTS };
+	clavis_advice_watch_t w;
+	struct stat st;
 
-	(void)argc;
-	if (!entry || !out || !us || !cpu || reps < 1) {
+	tm.us = calloc(tm.cap, sizeof(*tm.us));
+	tm.cpu = calloc(tm.cap, sizeof(*tm.cpu));
+	if (!entry || !out || !tm.us || !tm.cpu || reps < 1 || changes < 1 ||
+	    stat(argv[2], &st) < 0 ||
+	    clavis_advice_watch_init(&w, argv[2],
+				     CLAVIS_ADVICE_MAX_BYTES_DEFAULT, POLL_MS,
+				     NULL, NULL)) {
 		rc = 2;
 		goto done;
 	}
-	for (i = -1; i < reps; i++) {
-		t0 = _us(CLOCK_MONOTONIC);
-		c0 = _us(CLOCK_THREAD_CPUTIME_ID);
-		kept = _job_test(&cache, atof(argv[3]), t, entry, out, min_nodes,
-				 devil);
-		c0 = _us(CLOCK_THREAD_CPUTIME_ID) - c0;
-		t0 = _us(CLOCK_MONOTONIC) - t0;
-		if (i < 0) {
-			first = t0;
-			cpu_first = c0;
-		} else {
-			cpu[i] = c0;
-			us[i] = t0;
-		}
-		if (kept < 0) {
+	if (clavis_advice_watch_start(&w))
+		rc = 2;
+	/* change k is the thread's k-th: its first look, then each new mtime (set
+	 * k seconds on: a file system's clock may not tick between two changes) */
+	for (k = 1; !rc && k <= changes; k++) {
+		if (k > 1 && _touch(argv[2], &st, k) < 0)
+			rc = 2;
+		else if (_round(&w, atof(argv[3]), t, entry, out, min_nodes,
+				devil, (unsigned long)k, reps, &tm) < 0)
 			rc = 3;
-			goto done;
-		}
 	}
-	qsort(us, size, sizeof(*us), _by_double);
-	qsort(cpu, size, sizeof(*cpu), _by_double);
+	clavis_advice_watch_fini(&w);
+	if (rc)
+		goto done;
+	qsort(tm.us, tm.n, sizeof(*tm.us), _by_double);
+	qsort(tm.cpu, tm.n, sizeof(*tm.cpu), _by_double);
 	printf("first_us %.1f cpu_first_us %.1f median_us %.1f max_us %.1f "
-	       "cpu_median_us %.1f cpu_max_us %.1f kept %ld\n",
-	       first, cpu_first, us[reps / 2], us[reps - 1], cpu[reps / 2],
-	       cpu[reps - 1], kept);
+	       "cpu_median_us %.1f cpu_p99_us %.1f cpu_max_us %.1f kept %ld "
+	       "tests %zu changes %ld\n",
+	       tm.first, tm.cpu_first, tm.us[tm.n / 2], tm.us[tm.n - 1],
+	       tm.cpu[tm.n / 2], tm.cpu[tm.n * 99 / 100], tm.cpu[tm.n - 1],
+	       tm.kept, tm.n, changes);
 done:
-	clavis_advice_cache_free(&cache);
 	free(entry);
 	free(out);
-	free(us);
-	free(cpu);
+	free(tm.us);
+	free(tm.cpu);
 	return rc;
+}
+
+/* The narrowed set of `adv` (usable) for argv's job: "narrowed K: NODE..." or
+ * "nothing: not narrower". */
+static void _print_narrowed(const clavis_advice_t *adv, char **argv,
+			    const table_t *t, const clavis_advice_node_t **entry,
+			    unsigned char *out)
+{
+	clavis_cands_t c;
+	size_t i, kept = 0;
+
+	_cands(adv, t, entry, &c);
+	if (!clavis_narrow(adv, &c, (uint32_t)strtoul(argv[5], NULL, 10),
+			   atoi(argv[6]), atoi(argv[7]), out)) {
+		printf("nothing: not narrower\n");
+		return;
+	}
+	for (i = 0; i < t->n; i++)
+		kept += out[i];
+	printf("narrowed %zu:", kept);
+	for (i = 0; i < t->n; i++)
+		if (out[i])
+			printf(" %s", t->names[i]);
+	printf("\n");
 }
 
 static int _narrow(char **argv, const table_t *t)
 {
-	clavis_advice_cache_t cache = { .path = argv[2],
-					.max_bytes = CLAVIS_ADVICE_MAX_BYTES_DEFAULT };
+	clavis_advice_file_t f = { .path = argv[2],
+				   .max_bytes = CLAVIS_ADVICE_MAX_BYTES_DEFAULT };
 	const clavis_advice_node_t **entry = calloc(t->n + 1, sizeof(*entry));
 	unsigned char *out = calloc(t->n + 1, 1);
-	const clavis_advice_t *adv;
-	const char *why = NULL;
-	clavis_cands_t c;
-	int changed, rc = 0;
-	size_t i, kept = 0;
+	clavis_advice_t *adv = NULL;
+	const char *why;
+	int rc = 0;
 
 	if (!entry || !out) {
 		rc = 2;
-	} else if (!(adv = clavis_advice_load(&cache, atof(argv[3]), &why,
-					      &changed))) {
-		printf("nothing: %s\n", why);
 	} else {
-		_cands(adv, t, entry, &c);
-		rc = clavis_narrow(adv, &c, (uint32_t)strtoul(argv[5], NULL, 10),
-				   atoi(argv[6]), atoi(argv[7]), out);
-		for (i = 0; rc == 1 && i < t->n; i++)
-			kept += out[i];
-		if (rc == 1)
-			printf("narrowed %zu:", kept);
-		else if (!rc)
-			printf("nothing: not narrower");
-		for (i = 0; rc == 1 && i < t->n; i++)
-			if (out[i])
-				printf(" %s", t->names[i]);
-		printf("\n");
-		rc = rc < 0 ? 3 : 0;
+		/* the first look at a file is a change: the advice or a reason */
+		(void)clavis_advice_read(&f, &adv);
+		if ((why = clavis_advice_why_not(&f, adv, atof(argv[3]))))
+			printf("nothing: %s\n", why);
+		else
+			_print_narrowed(adv, argv, t, entry, out);
 	}
-	clavis_advice_cache_free(&cache);
+	clavis_advice_destroy(adv);
 	free(entry);
 	free(out);
 	return rc;
@@ -225,7 +305,7 @@ int main(int argc, char **argv)
 	table_t t;
 	int rc;
 
-	if (argc != 8 ||
+	if (argc < 8 || argc > 9 || (argc == 9 && strcmp(argv[1], "time")) ||
 	    (strcmp(argv[1], "narrow") && strcmp(argv[1], "time"))) {
 		fprintf(stderr, "usage: see the header of clavis_narrow_test.c\n");
 		return 2;

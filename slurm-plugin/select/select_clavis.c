@@ -15,10 +15,13 @@
  * no job waits that stock Slurm would have started. Missing, stale, corrupt or huge
  * advice is logged once per change and leaves every call as cons_tres.
  *
- * The advice file is read from the job test of every job but a turtle-hinted
- * single-node one, only when its (inode, size, mtime) changed (else an open and an
- * fstat), at most AdviceMaxBytes, with a non-blocking open of a regular file: a local
- * file read at worst, no network I/O.
+ * The advice file is never read in a job test: in slurmctld a thread of the plugin
+ * (clavis_advice_watch.c, started in init(), joined in fini()) looks at it every
+ * ADVICE_POLL_MS with a stat, reads a changed one (a non-blocking open of a regular
+ * file of at most AdviceMaxBytes), parses and indexes it, and swaps it in under a
+ * mutex. A job test takes that mutex and uses the advice in memory: no file I/O and
+ * no parsing in the scheduling path. Other programs that load the plugin (slurmd,
+ * Slurm's commands) start no thread and read no advice.
  *
  * Configuration, select_clavis.conf beside slurm.conf (optional):
  *   AdvicePath=/run/clavis/advice.json
@@ -40,11 +43,13 @@
 #include "src/common/node_conf.h"
 #include "src/common/plugin.h"
 #include "src/common/read_config.h"
+#include "src/common/run_in_daemon.h"
 #include "src/common/xmalloc.h"
 #include "src/common/xstring.h"
 #include "src/slurmctld/slurmctld.h"
 
 #include "clavis_advice.h"
+#include "clavis_advice_watch.h"
 #include "clavis_narrow.h"
 
 #define SELECT_PLUGIN_CLAVIS 190 /* unique among select plugin ids (>= 100) */
@@ -52,6 +57,9 @@
 #define CONF_FILE "select_clavis.conf"
 #define CLASS_ENV "CLAVIS_CLASS="
 #define CONF_LINE_MAX 4096 /* a longer line of select_clavis.conf is refused */
+/* how often the watcher thread stats the advice file: clavisd writes it every few
+ * seconds, and a stat is a few microseconds */
+#define ADVICE_POLL_MS 200
 
 const char plugin_name[] = "Clavis advice over cons_tres selection plugin";
 const char plugin_type[] = "select/clavis";
@@ -79,9 +87,8 @@ static clavis_ops_t cons;
 static plugin_context_t *cons_ctx;
 
 static char *advice_path;
-static clavis_advice_cache_t advice;
-static pthread_mutex_t advice_lock = PTHREAD_MUTEX_INITIALIZER;
-static const char *last_why; /* what was logged last about the advice */
+static size_t advice_max_bytes = CLAVIS_ADVICE_MAX_BYTES_DEFAULT;
+static clavis_advice_watch_t advice_watch;
 
 /* key=value lines of select_clavis.conf; an unknown key is an error (logged). */
 static void _read_conf(void)
@@ -91,7 +98,7 @@ static void _read_conf(void)
 	FILE *f;
 	long n;
 
-	advice.max_bytes = CLAVIS_ADVICE_MAX_BYTES_DEFAULT;
+	advice_max_bytes = CLAVIS_ADVICE_MAX_BYTES_DEFAULT;
 	if (!(f = fopen(path, "r"))) {
 		xfree(path);
 		return;
@@ -101,7 +108,7 @@ static void _read_conf(void)
 			error("%s: %s: a line longer than %d bytes; the file is ignored",
 			      plugin_type, path, CONF_LINE_MAX - 1);
 			xfree(advice_path);
-			advice.max_bytes = CLAVIS_ADVICE_MAX_BYTES_DEFAULT;
+			advice_max_bytes = CLAVIS_ADVICE_MAX_BYTES_DEFAULT;
 			break;
 		}
 		line[strcspn(line, "\r\n")] = '\0';
@@ -117,7 +124,7 @@ static void _read_conf(void)
 			advice_path = xstrdup(val);
 		} else if (!xstrcasecmp(line, "AdviceMaxBytes") &&
 			   (n = strtol(val, &end, 10)) > 0 && !*end) {
-			advice.max_bytes = (size_t)n;
+			advice_max_bytes = (size_t)n;
 		} else {
 			error("%s: %s: %s=%s ignored", plugin_type, path, line, val);
 		}
@@ -136,23 +143,32 @@ static double _now(void)
 	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-/* The advice, or NULL (then logged once per reason). Holds advice_lock. */
-static const clavis_advice_t *_advice(void)
+/*
+ * From the watcher thread, after a look at the advice file: one info line per change
+ * of state (usable, or why not); with DebugFlags=SelectType one line per change of
+ * the file naming its identity, logged once job tests see what it gave (the tests
+ * wait for it).
+ */
+static void _told(void *arg, const clavis_advice_news_t *news)
 {
-	const clavis_advice_t *adv;
-	const char *why = NULL;
-	int changed;
+	const clavis_advice_file_t *f = news->file;
 
-	adv = clavis_advice_load(&advice, _now(), &why, &changed);
-	if (adv && (changed || last_why)) {
-		info("%s: advice %s: %zu nodes", plugin_type, advice_path, adv->n);
-		last_why = NULL;
-	} else if (!adv && why != last_why) {
+	if (news->report && news->adv)
+		info("%s: advice %s: %zu nodes", plugin_type, advice_path,
+		     news->adv->n);
+	else if (news->report)
 		info("%s: advice %s %s: placing as cons_tres", plugin_type,
-		     advice_path, why);
-		last_why = why;
-	}
-	return adv;
+		     advice_path, news->why);
+	if (!news->changed)
+		return;
+	if (f->exists)
+		log_flag(SELECT_TYPE, "%s: file %s changed (inode %ju, %jd bytes, mtime %jd.%09ld): %s",
+			 plugin_type, advice_path, (uintmax_t)f->ino,
+			 (intmax_t)f->size, (intmax_t)f->mtime.tv_sec,
+			 f->mtime.tv_nsec, f->why ? f->why : "parsed");
+	else
+		log_flag(SELECT_TYPE, "%s: file %s changed: %s", plugin_type,
+			 advice_path, f->why);
 }
 
 /* The user's hint: CLAVIS_CLASS=devil|turtle in the job's SPANK job environment. */
@@ -224,13 +240,8 @@ static bitstr_t *_narrowed(const clavis_advice_t *adv, const clavis_cands_t *c,
 	unsigned char *out = xcalloc(c->n + 1, sizeof(*out));
 	bitstr_t *bm = NULL;
 	size_t i;
-	int rc;
 
-	rc = clavis_narrow(adv, c, min_nodes, devil, strict, out);
-	if (rc < 0)
-		error("%s: out of memory narrowing the candidates: placing as cons_tres",
-		      plugin_type);
-	if (rc == 1) {
+	if (clavis_narrow(adv, c, min_nodes, devil, strict, out)) {
 		bm = bit_copy(bitmap);
 		for (i = 0; i < c->n; i++)
 			if (c->in[i] && !out[i])
@@ -244,23 +255,15 @@ static bitstr_t *_narrowed(const clavis_advice_t *adv, const clavis_cands_t *c,
  * The advised candidate sets for a job, best first, into sets[0..1] (NULL when the
  * advice says nothing for it: then the caller uses the unmodified set). A devil job
  * first tries the devil-free hosts, then every host running no devil (hosts of unknown
- * contention included: the advice fails open there). Holds advice_lock.
+ * contention included: the advice fails open there). Called with the advice held.
  */
-static void _advised(job_record_t *job_ptr, bitstr_t *bitmap,
-		     uint32_t min_nodes, bitstr_t *sets[2])
+static void _advised_by(const clavis_advice_t *adv, job_record_t *job_ptr,
+			bitstr_t *bitmap, uint32_t min_nodes,
+			clavis_class_t hint, bitstr_t *sets[2])
 {
-	clavis_class_t hint = _job_hint(job_ptr);
-	const clavis_advice_t *adv;
 	clavis_cands_t c;
 	int devil;
 
-	sets[0] = sets[1] = NULL;
-	/* the advice has nothing to say about a turtle-hinted single-node job: not
-	 * even the fstat of the file is spent on it */
-	if (hint == ADV_CLASS_TURTLE && min_nodes < 2)
-		return;
-	if (!(adv = _advice()))
-		return;
 	devil = _job_is_devil(adv, job_ptr, hint);
 	if (!devil && min_nodes < 2)
 		return;
@@ -272,6 +275,50 @@ static void _advised(job_record_t *job_ptr, bitstr_t *bitmap,
 		FREE_NULL_BITMAP(sets[0]);
 	xfree(c.entry);
 	xfree(c.in);
+}
+
+/* As _advised_by, holding the watcher's current advice (memory only: the file is
+ * the watcher thread's) for as long as the sets take. */
+static void _advised(job_record_t *job_ptr, bitstr_t *bitmap,
+		     uint32_t min_nodes, bitstr_t *sets[2])
+{
+	clavis_class_t hint = _job_hint(job_ptr);
+	const clavis_advice_t *adv;
+	int rc;
+
+	sets[0] = sets[1] = NULL;
+	/* the advice has nothing to say about a turtle-hinted single-node job */
+	if (hint == ADV_CLASS_TURTLE && min_nodes < 2)
+		return;
+	if ((rc = clavis_advice_hold(&advice_watch, _now(), &adv, NULL))) {
+		error("%s: %pJ: advice not held: %s: placing as cons_tres",
+		      plugin_type, job_ptr, slurm_strerror(rc));
+		return;
+	}
+	if (adv)
+		_advised_by(adv, job_ptr, bitmap, min_nodes, hint, sets);
+	if ((rc = clavis_advice_release(&advice_watch)))
+		error("%s: %pJ: advice not released: %s", plugin_type, job_ptr,
+		      slurm_strerror(rc));
+}
+
+/*
+ * The advice watcher: set up in every process (job test holds it), its thread
+ * started only in slurmctld. A failure is logged and leaves no advice: the plugin
+ * then places as cons_tres (fail open), it does not stop slurmctld.
+ */
+static void _watch_start(void)
+{
+	int rc;
+
+	rc = clavis_advice_watch_init(&advice_watch, advice_path,
+				      advice_max_bytes, ADVICE_POLL_MS, _told,
+				      NULL);
+	if (!rc && running_in_slurmctld())
+		rc = clavis_advice_watch_start(&advice_watch);
+	if (rc)
+		error("%s: advice watcher not started: %s: placing as cons_tres",
+		      plugin_type, slurm_strerror(rc));
 }
 
 /* Required plugin symbols */
@@ -294,9 +341,9 @@ extern int init(void)
 	_read_conf();
 	if (!advice_path)
 		advice_path = xstrdup(DEFAULT_ADVICE);
-	advice.path = advice_path;
+	_watch_start();
 	verbose("%s loaded (advice %s, at most %zu bytes)", plugin_type,
-		advice_path, advice.max_bytes);
+		advice_path, advice_max_bytes);
 	return SLURM_SUCCESS;
 }
 
@@ -304,14 +351,12 @@ extern int fini(void)
 {
 	int rc = SLURM_SUCCESS;
 
+	/* the thread first: it logs with advice_path */
+	clavis_advice_watch_fini(&advice_watch);
 	if (cons_ctx)
 		rc = plugin_context_destroy(cons_ctx);
 	cons_ctx = NULL;
-	slurm_mutex_lock(&advice_lock);
-	clavis_advice_cache_free(&advice);
 	xfree(advice_path);
-	advice.path = NULL;
-	slurm_mutex_unlock(&advice_lock);
 	return rc;
 }
 
@@ -348,11 +393,8 @@ extern int select_p_job_test(job_record_t *job_ptr, bitstr_t *bitmap,
 
 	if ((mode & SELECT_MODE_BASE) == SELECT_MODE_RUN_NOW &&
 	    !preemptee_candidates && job_ptr->details &&
-	    !job_ptr->details->req_node_bitmap) {
-		slurm_mutex_lock(&advice_lock);
+	    !job_ptr->details->req_node_bitmap)
 		_advised(job_ptr, bitmap, min_nodes, sets);
-		slurm_mutex_unlock(&advice_lock);
-	}
 	for (i = 0; i < 2; i++) {
 		if (!sets[i] || rc == SLURM_SUCCESS)
 			continue;

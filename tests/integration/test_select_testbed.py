@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from slurm_plugin.minicluster import BUILD, MiniCluster, slurm_available
+from slurm_plugin.minicluster import BUILD, MiniCluster, slurm_available, taken_line
 
 from clavis.service.advice import publish
 from clavis_contracts import AdviceFile, AdviceNode
@@ -252,6 +252,17 @@ def write_atomic(path: Path, chunks: list[bytes]) -> None:
     os.replace(tmp, path)
 
 
+def await_taken(t: SelectBed, offset: int, timeout: float = 10.0) -> None:
+    """Wait until select/clavis has taken the advice file as it is now: its watcher
+    thread reads the file (never a job test), then logs the file's identity (the
+    testbed runs DebugFlags=SelectType)."""
+    want = taken_line(t.advice, t.advice)
+    deadline = time.monotonic() + timeout
+    while want not in log_from(offset):
+        assert time.monotonic() < deadline, (want, log_from(offset)[-2000:])
+        time.sleep(0.05)
+
+
 def log_from(offset: int) -> str:
     with open(CTLD_LOG, "rb") as f:
         f.seek(offset)
@@ -287,13 +298,15 @@ def test_without_usable_advice_placement_equals_cons_tres(
     clavis_tb: SelectBed, stock: list[list[int]], advice: str
 ) -> None:
     t = clavis_tb
-    if advice == "missing":
-        t.advice.unlink(missing_ok=True)
-    else:
+    offset = CTLD_LOG.stat().st_size
+    if advice == "missing" and t.advice.exists():
+        t.advice.unlink()
+        await_taken(t, offset)
+    elif advice == "corrupt":
         # half of a real advice file that would steer the first devil-hinted job
         whole = advice_file(t, t.nodes[stock[2][0]]).model_dump_json().encode()
         write_atomic(t.advice, [whole[: len(whole) // 2]])
-    offset = CTLD_LOG.stat().st_size
+        await_taken(t, offset)
     got = run_sequence(bed_slurm, t.nodes, t.work)
     assert got == stock, {"testbed": got, "cons_tres": stock}
     assert ctld_alive(t)
@@ -309,8 +322,9 @@ def test_devil_hinted_job_avoids_the_host_running_a_devil(
     t = clavis_tb
     # where cons_tres puts a 1-node job on the idle cluster; its host runs a devil now
     target = t.nodes[stock[0][0]]
-    publish_for_slurmctld(t.advice, advice_file(t, target))
     offset = CTLD_LOG.stat().st_size
+    publish_for_slurmctld(t.advice, advice_file(t, target))
+    await_taken(t, offset)
     wait_quiet(bed_slurm, t.nodes)
     job = submit(bed_slurm, t.work, "-N1", "--clavis-class=devil")
     (node,) = running_on(bed_slurm, job)
@@ -332,7 +346,9 @@ def test_garbage_or_huge_advice_keeps_slurmctld_running(
     t = clavis_tb
     target = t.nodes[stock[0][0]]
     # valid advice first, so the test sees it dropped, not merely never read
+    offset = CTLD_LOG.stat().st_size
     publish_for_slurmctld(t.advice, advice_file(t, target))
+    await_taken(t, offset)
     wait_quiet(bed_slurm, t.nodes)
     job = submit(bed_slurm, t.work, "-N1", "--clavis-class=devil")
     (node,) = running_on(bed_slurm, job)
@@ -348,6 +364,7 @@ def test_garbage_or_huge_advice_keeps_slurmctld_running(
         pad = b" " * (1 << 20)
         write_atomic(t.advice, [doc, *[pad] * (HUGE // len(pad))])
         assert t.advice.stat().st_size > HUGE
+    await_taken(t, offset)
     for opts in (("--clavis-class=devil",), ()):
         job = submit(bed_slurm, t.work, "-N1", *opts)
         assert running_on(bed_slurm, job, timeout=20) == [target], opts

@@ -18,6 +18,9 @@ REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "slurm-plugin" / "build"
 DEBIAN_PLUGINS = Path("/usr/lib/x86_64-linux-gnu/slurm-wlm")
 IDLE_DEADLINE_S = 30.0
+# the plugin looks at the advice every 0.2 s and parses 4 MiB in about 0.1 s: 10 s is
+# slack for a loaded machine
+ADVICE_DEADLINE_S = 10.0
 
 
 def _free_port() -> int:
@@ -143,6 +146,29 @@ class MiniCluster:
             time.sleep(0.3)
         raise AssertionError(f"mini cluster not idle: {self.log()[-3000:]}")
 
+    def put_advice(self, data: bytes | str) -> None:
+        """Replace the advice file as clavisd does (a write, then a rename) and wait
+        until the plugin has taken it (await_advice)."""
+        mark = len(self.log())
+        tmp = self.advice.with_name(self.advice.name + ".tmp")
+        tmp.write_bytes(data.encode() if isinstance(data, str) else data)
+        tmp.rename(self.advice)
+        self.await_advice(mark)
+
+    def await_advice(self, mark: int, timeout: float = ADVICE_DEADLINE_S) -> None:
+        """Wait until select/clavis's watcher thread has handled the advice path as it
+        is now (its DebugFlags=SelectType line after log offset `mark` names the file's
+        inode, size and mtime, or says it is missing), so that every later job test
+        sees what the file gave. The plugin reads the file in that thread, never in a
+        job test, so a job submitted right after a write could still see the old."""
+        want = taken_line(self.advice, self.inside(self.advice))
+        deadline = time.monotonic() + timeout
+        while want not in self.log()[mark:]:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"select/clavis did not take the advice: {want!r} "
+                                     f"not in {self.log()[mark:][-2000:]}")  # fmt: skip
+            time.sleep(0.05)
+
     def ctld_alive(self) -> bool:
         return self.procs[0].poll() is None
 
@@ -219,6 +245,19 @@ class MiniCluster:
             if mark in env:
                 found.append(int(proc.name))
         return found
+
+
+def taken_line(advice: Path, as_logged: Path) -> str:
+    """The line select/clavis logs (DebugFlags=SelectType) once its watcher thread has
+    handled the advice file `advice` as it is now; `as_logged`: its path as slurmctld
+    names it."""
+    try:
+        st = os.stat(advice)
+    except FileNotFoundError:
+        return f"select/clavis: file {as_logged} changed: missing"
+    s, ns = divmod(st.st_mtime_ns, 1_000_000_000)
+    return (f"select/clavis: file {as_logged} changed (inode {st.st_ino}, {st.st_size} "
+            f"bytes, mtime {s}.{ns:09d})")  # fmt: skip
 
 
 def slurm_available() -> bool:

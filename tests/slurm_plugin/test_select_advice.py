@@ -1,8 +1,9 @@
 """select_clavis.so's advice reader on its own (build/clavis_advice_test): what clavisd
 writes is read as written (schema v2 with its applications, and v1 files of an older
 clavisd), garbage of every shape is refused with a reason, the size limit and the
-staleness rule hold, a file is parsed again only when it changes, the application key
-is made as the contract makes it, and the source script refuses a Slurm tree of another
+staleness rule hold, a file is parsed again only when it changes (by the plugin's
+watcher thread, whose job tests only hold what it swapped in), the application key is
+made as the contract makes it, and the source script refuses a Slurm tree of another
 version."""
 
 from __future__ import annotations
@@ -313,6 +314,54 @@ def test_cached_by_file_identity(tmp_path: Path) -> None:
     )
 
 
+def watch_sources(tmp_path: Path) -> tuple[Path, list[str]]:
+    """The watcher's scenario (here and under the sanitizers): good advice, two files
+    refused for the same reason, the file removed, good again twice, stale, good."""
+    now = time.time()  # the watcher thread judges freshness by its own clock
+    files = {
+        "good": contract_advice(generated=now),
+        "bad": "not json",
+        "bad-too": "nope",
+        "stale": contract_advice(generated=now - 3600),
+    }
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    order = ["good", "bad", "bad-too", "-", "good", "good", "stale", "good"]
+    return tmp_path / "advice.json", [o if o == "-" else str(tmp_path / o) for o in order]
+
+
+WATCH_TRANSCRIPT = [
+    "told: missing",  # the first look, before any file
+    "told: advice 4 nodes",
+    "held good: advice 4 nodes (change 2)",
+    "told: invalid literal",
+    "held bad: none (change 3)",  # the last good advice is dropped, as before
+    "held bad-too: none (change 4)",  # the same reason: not told twice
+    "told: missing",
+    "held -: none (change 5)",
+    "told: advice 4 nodes",
+    "held good: advice 4 nodes (change 6)",
+    "held good: advice 4 nodes (change 7)",  # a new publication: no news, read all the same
+    "told: stale (older than its valid_s)",
+    "held stale: none (change 8)",
+    "told: advice 4 nodes",
+    "held good: advice 4 nodes (change 9)",
+]
+
+
+def watch_transcript(out: str, tmp_path: Path) -> list[str]:
+    return out.replace(f"{tmp_path}/", "").splitlines()
+
+
+def test_watcher_thread_follows_the_file(tmp_path: Path) -> None:
+    """The plugin's watcher thread (clavis_advice_watch.c) reads each change once and
+    swaps it in; a job test holds what it swapped in, nothing else: after a refused or
+    removed file none, as a job test found before the thread; one report per reason."""
+    adv, sources = watch_sources(tmp_path)
+    out = drive("watch", str(adv), "100000", *sources)
+    assert watch_transcript(out, tmp_path) == WATCH_TRANSCRIPT
+
+
 @pytest.mark.skipif(not slurm_available(), reason="needs slurmctld installed")
 def test_source_script_refuses_another_version(tmp_path: Path) -> None:
     tree = tmp_path / "slurm-99.99.1"
@@ -371,8 +420,8 @@ def test_documented_snippets_are_the_tested_ones() -> None:
 
 
 def test_cost_at_20000_nodes(tmp_path: Path) -> None:
-    """A 20000-node advice file (~2 MB) is read and checked in well under a second, once;
-    unchanged, each later look costs an open and an fstat."""
+    """A 20000-node advice file (~2 MB) is read and checked in well under a second, once
+    (by the watcher thread, never a job test); unchanged, each later look is a stat."""
     nodes = [
         {"node": f"r{r}h{h}c{c}", "host": f"r{r}h{h}", "rack": f"r{r}",
          "contention": "ok" if h % 3 == 0 else "devil-free",

@@ -124,22 +124,43 @@ def test_without_usable_advice_placement_equals_cons_tres(tmp_path: Path) -> Non
         ).encode(),
         "huge": json.dumps(advice_doc({"n1": "devil"})).encode() + b" " * 8192,
     }
+    reasons = {"missing": "missing", "stale": "stale", "valid-for-ever": "valid_s",
+               "huge": "larger than its size limit", "corrupt": ""}  # fmt: skip
     for name, data in variants.items():
         c = start(tmp_path / name, "select/clavis", advice_max_bytes=4096)
         try:
             if data is not None:
-                c.advice.write_bytes(data)
+                c.put_advice(data)
             got = run_sequence(c)
             assert c.ctld_alive()
             log = c.log()
         finally:
             c.stop()
         assert got == want, (name, got)
+        assert f"select/clavis: advice {c.advice} {reasons[name]}" in log, name
         assert "placing as cons_tres" in log, name
 
 
+def test_advice_is_read_by_the_plugins_thread_not_by_job_tests(clavis: MiniCluster) -> None:
+    """A new file is read, parsed and logged with no job submitted (the watcher thread,
+    within a fraction of a second), and job tests never read it again: the file's line
+    appears once, however many jobs are tested."""
+    t0 = time.monotonic()
+    clavis.put_advice(json.dumps(advice_doc({"n1": "devil"})))
+    took = time.monotonic() - t0
+    assert clavis.run(["squeue", "-h"]).stdout.strip() == ""
+    log = clavis.log()
+    assert f"select/clavis: advice {clavis.advice}: 4 nodes" in log
+    assert took < 5.0, took  # polled every 0.2 s; slack for a loaded machine
+    reads = log.count(f"select/clavis: file {clavis.advice} changed (")
+    for _ in range(3):
+        assert clavis.placed(clavis.submit("-N1", "--clavis-class=devil")) in ("n3", "n4")
+        clavis.cancel_all()
+    assert clavis.log().count(f"select/clavis: file {clavis.advice} changed (") == reads
+
+
 def test_devil_avoids_hosts_running_a_devil(clavis: MiniCluster) -> None:
-    clavis.advice.write_text(json.dumps(advice_doc({"n1": "devil"})))
+    clavis.put_advice(json.dumps(advice_doc({"n1": "devil"})))
     first = clavis.submit("-N1", "--clavis-class=devil")
     assert clavis.placed(first) in ("n3", "n4")  # stock: n1
     # not hinted: as cons_tres (the smallest free block, n4 or n1)
@@ -156,7 +177,7 @@ def test_an_application_remembered_as_a_devil_avoids_devil_hosts(clavis: MiniClu
         {"app": f"{uid}:stream.sh", "app_class": "devil", "jobs_seen": 2},
         {"app": f"{uid}:calm.sh", "app_class": "turtle", "jobs_seen": 5},
     ]}  # fmt: skip
-    clavis.advice.write_text(json.dumps(doc))
+    clavis.put_advice(json.dumps(doc))
     job = clavis.submit("-N1", "--job-name=stream.sh")
     assert clavis.placed(job) in ("n3", "n4")  # stock: n1
     assert f"application {uid}:stream.sh remembered as devil" in clavis.log()
@@ -167,7 +188,7 @@ def test_an_application_remembered_as_a_devil_avoids_devil_hosts(clavis: MiniClu
         assert clavis.placed(job) == "n1", opts  # where cons_tres puts it
         clavis.cancel_all()
     # The same file as an older clavisd wrote it (v1, no applications): as stock.
-    clavis.advice.write_text(json.dumps(advice_doc({"n1": "devil"})))
+    clavis.put_advice(json.dumps(advice_doc({"n1": "devil"})))
     job = clavis.submit("-N1", "--job-name=stream.sh")
     assert clavis.placed(job) == "n1"
 
@@ -182,7 +203,7 @@ def test_devil_prefers_devil_free_hosts_to_hosts_of_unknown_contention(
     doc = json.loads(json.dumps(advice_doc({"n1": "devil"}, topology=hosts)))
     doc["nodes"] = [{**n, "contention": "unknown"} if n["node"] == "n2" else n
                     for n in doc["nodes"]]  # fmt: skip
-    clavis.advice.write_text(json.dumps(doc))
+    clavis.put_advice(json.dumps(doc))
     job = clavis.submit("-N1", "--clavis-class=devil")
     assert clavis.placed(job) in ("n3", "n4")  # stock: n1; without the preference: n2
     assert "placed on advised nodes (devil-free hosts)" in clavis.log()
@@ -194,13 +215,13 @@ def test_devil_prefers_devil_free_hosts_to_hosts_of_unknown_contention(
 
 
 def test_devil_runs_where_stock_would_when_advice_leaves_no_room(clavis: MiniCluster) -> None:
-    clavis.advice.write_text(json.dumps(advice_doc({"n1": "devil", "n3": "devil"})))
+    clavis.put_advice(json.dumps(advice_doc({"n1": "devil", "n3": "devil"})))
     # every host runs a devil: the advised set is empty, the job runs at once anyway
     job = clavis.submit("-N1", "--clavis-class=devil")
     assert clavis.placed(job, timeout=10) == "n1"
     clavis.cancel_all()
     # devil-free nodes busy: the devil job must not wait for them
-    clavis.advice.write_text(json.dumps(advice_doc({"n1": "devil"})))
+    clavis.put_advice(json.dumps(advice_doc({"n1": "devil"})))
     busy = [clavis.submit("-N1", "-w", n) for n in ("n3", "n4")]
     assert [clavis.placed(j) for j in busy] == ["n3", "n4"]
     job = clavis.submit("-N1", "--clavis-class=devil")
@@ -209,7 +230,7 @@ def test_devil_runs_where_stock_would_when_advice_leaves_no_room(clavis: MiniClu
 
 def test_two_node_job_stays_in_one_rack(clavis: MiniCluster) -> None:
     racks = {"n1": ("h1", "r1"), "n2": ("h2", "r2"), "n3": ("h3", "r1"), "n4": ("h4", "r2")}
-    clavis.advice.write_text(json.dumps(advice_doc({}, topology=racks)))
+    clavis.put_advice(json.dumps(advice_doc({}, topology=racks)))
     job = clavis.submit("-N2")
     assert clavis.placed(job) == "n[1,3]"  # stock: n[1-2], across racks
 
@@ -229,21 +250,23 @@ def test_garbage_advice_never_stops_slurmctld(clavis: MiniCluster) -> None:
         b" " * (5 << 20),  # beyond the default 4 MiB limit
     ]
     for data in garbage:
-        tmp = adv.with_suffix(".tmp")
-        tmp.write_bytes(data)
-        tmp.rename(adv)
+        clavis.put_advice(data)
         job = clavis.submit("-N1", "--clavis-class=devil")
         assert clavis.placed(job, timeout=10) == "n1", data[:60]
         clavis.cancel_all()
         assert clavis.ctld_alive()
     # a FIFO (open must not block) and a directory in its place
+    mark = len(clavis.log())
     adv.unlink()
     os.mkfifo(adv)
+    clavis.await_advice(mark)
     job = clavis.submit("-N1", "--clavis-class=devil")
     assert clavis.placed(job, timeout=10) == "n1"
     clavis.cancel_all()
+    mark = len(clavis.log())
     adv.unlink()
     adv.mkdir()
+    clavis.await_advice(mark)
     job = clavis.submit("-N1", "--clavis-class=devil")
     assert clavis.placed(job, timeout=10) == "n1"
     assert clavis.ctld_alive()
@@ -251,7 +274,7 @@ def test_garbage_advice_never_stops_slurmctld(clavis: MiniCluster) -> None:
 
 
 def test_one_log_line_per_reason(clavis: MiniCluster) -> None:
-    clavis.advice.write_text("not json")
+    clavis.put_advice("not json")
     for _ in range(3):
         clavis.placed(clavis.submit("-N1", "--clavis-class=devil"))
         clavis.cancel_all()

@@ -82,11 +82,11 @@ def test_select_over_cons_tres_on_24_11(root24: Path, workdir: Path) -> None:
         assert "select/clavis loaded (advice " in c.log()
         for data in (None, b"{corrupt"):
             if data is not None:
-                c.advice.write_bytes(data)
+                c.put_advice(data)
             got = [c.placed(c.submit(*opts)) for opts in SEQUENCE]
             c.cancel_all()
             assert got == want, (data, got)
-        c.advice.write_text(json.dumps(advice_doc({"n1": "devil"})))
+        c.put_advice(json.dumps(advice_doc({"n1": "devil"})))
         job = c.submit("-N1", "--clavis-class=devil")
         assert c.placed(job) in ("n3", "n4")
         c.cancel_all()
@@ -94,10 +94,10 @@ def test_select_over_cons_tres_on_24_11(root24: Path, workdir: Path) -> None:
         # user id and name as 24.11's job record has them.
         doc = {**advice_doc({"n1": "devil"}), "schema_version": 2, "apps": [
             {"app": f"{os.getuid()}:stream.sh", "app_class": "devil", "jobs_seen": 1}]}  # fmt: skip
-        c.advice.write_text(json.dumps(doc))
+        c.put_advice(json.dumps(doc))
         assert c.placed(c.submit("-N1", "--job-name=stream.sh")) in ("n3", "n4")
         c.cancel_all()
-        c.advice.write_bytes(b"[" * 100_000)
+        c.put_advice(b"[" * 100_000)
         assert c.placed(c.submit("-N1", "--clavis-class=devil")) == "n1"
         assert c.ctld_alive()
     finally:
