@@ -19,6 +19,12 @@ class BackendError(Exception):
     """A backend operation failed; the message says what and where to look."""
 
 
+class NotVerifiedError(BackendError):
+    """The restored container runs, but something it had at the dump is not back (its
+    TCP connections, its slurmd answering): a move is undone; a rollback, which has no
+    better place for it, keeps it and says so."""
+
+
 @dataclass(frozen=True)
 class Size:
     """What a container may use: cores and memory limit (0 when it has no limit)."""
@@ -58,6 +64,12 @@ class Backend(Protocol):
 
     def verify(self, name: str) -> str:
         """Check the restored container is up; a one-line description of what was seen."""
+        ...
+
+    def resume(self, name: str) -> None:
+        """Let a restored container's processes run if ``verify`` left them stopped (it
+        does when a check made before they run fails): a rollback that keeps such a
+        container, having nowhere better for it, calls this."""
         ...
 
     def kill(self, name: str) -> None:

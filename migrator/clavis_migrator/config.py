@@ -36,6 +36,14 @@ class LxcConfig:
     netns_sysfs: bool = False
     # argv run inside the restored container (lxc-attach) to verify it; empty: none
     verify_command: tuple[str, ...] = ()
+    # verify that the TCP connections that lasted at the dump are established again
+    # (checks.py); a container whose job's peers may close them during the move can
+    # turn it off
+    tcp_check: bool = True
+    # argv run inside the restored container, with SLURMD_NODENAME (its name) and
+    # SLURM_CONF (its slurmd's -f), whose answer must name the slurmd of the dump
+    # ("Slurmd PID = N", as scontrol prints it); empty: slurmd not asked
+    slurmd_check: tuple[str, ...] = ("scontrol", "show", "slurmd")
     # after a restore, broadcast gratuitous ARPs from the container (announce.py), so the
     # layer-2 network learns its new port at once: the "flat layer 2" network hook
     announce: bool = True

@@ -9,6 +9,11 @@ Known traps (TESTBED-NOTES, "CRIU" and "LXC / LXD"), each handled here:
 - LXC reaches a running container through an abstract socket, which belongs to a netns:
   the agent runs in the host's netns, and so does every lxc-* command it runs.
 - A killed process may stay a zombie for a while: a pid in state Z is not running.
+- Processes restored run at once, before anything can be checked: a job whose TCP
+  connection came back closed would act on it (end, and its slurmstepd clean the job's
+  spool on storage the source shares). So CRIU restores them stopped
+  (``leave-stopped``), verify checks their tree and connections, and only then lets them
+  run (SIGCONT, except those stopped at the dump).
 
 The container's configuration and root filesystem must exist on the target under the
 same lxcpath (shared or provisioned storage); only the CRIU images move.
@@ -19,14 +24,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from clavis_migrator import announce
-from clavis_migrator.backend import BackendError, Size
+from clavis_migrator import announce, checks
+from clavis_migrator.backend import BackendError, NotVerifiedError, Size
 from clavis_migrator.config import LxcConfig
 
 TREE_FILE: Final = "clavis-tree.json"
@@ -57,12 +63,43 @@ def _alive(pid: int) -> bool:
 # container's init and its direct children (its daemons: slurmd, munged, slurmstepd) must
 # be back whatever their age: a container restored a moment ago has only young processes.
 LONG_LIVED_S: Final = 5.0
+# asks of a restored slurmd's status before the restore counts as failed
+SLURMD_TRIES: Final = 3
+# CRIU's restore option that leaves the restored tasks stopped (SIGSTOP)
+RESTORE_STOPPED: Final = "leave-stopped"
 
 
 @dataclass(frozen=True)
 class Proc:
     age_s: float
     ppid: int  # in the container's pid namespace (0 for its init)
+    name: str = ""  # its comm
+    host_pid: int = 0  # its pid in this agent's namespace
+    state: str = ""  # /proc/PID/stat's (R, S, T, ...)
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What a restore must bring back, as the dump saw it (TREE_FILE)."""
+
+    long_lived: list[int]
+    stopped: list[int]  # stopped at the dump (a job's ^Z): left stopped after the restore
+    tcp: list[checks.Conn]  # lasting ESTABLISHED connections (checks.py)
+    slurmd: int | None  # slurmd's pid in the container
+    slurm_conf: str  # the config file that slurmd was started with ("": Slurm's default)
+
+    @staticmethod
+    def read(path: Path) -> Expected:
+        """An older agent's file has no tcp or slurmd: nothing of them is checked."""
+        doc = json.loads(path.read_text())
+        slurmd = doc.get("slurmd") or {}
+        return Expected(
+            [int(p) for p in doc["long_lived"]],
+            [int(p) for p in doc.get("stopped", [])],
+            [(str(a), str(b)) for a, b in doc.get("tcp", [])],
+            int(slurmd["pid"]) if "pid" in slurmd else None,
+            str(slurmd.get("conf", "")),
+        )
 
 
 def tree(init_pid: int) -> dict[int, Proc]:
@@ -73,14 +110,17 @@ def tree(init_pid: int) -> dict[int, Proc]:
     except OSError:
         return {}
     ticks = os.sysconf("SC_CLK_TCK")
-    outer: dict[int, tuple[int, float, int]] = {}  # host pid -> (ns pid, age, host ppid)
+    # host pid -> (ns pid, age, host ppid, comm, state)
+    outer: dict[int, tuple[int, float, int, str, str]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             if os.readlink(f"/proc/{entry}/ns/pid") != ns:
                 continue
-            stat = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            text = Path(f"/proc/{entry}/stat").read_text()
+            comm = text[text.find("(") + 1 : text.rfind(")")]
+            stat = text.rsplit(")", 1)[1].split()
             status = Path(f"/proc/{entry}/status").read_text()
         except OSError:
             continue
@@ -89,10 +129,12 @@ def tree(init_pid: int) -> dict[int, Proc]:
         nspid = next(
             (ln.split()[-1] for ln in status.splitlines() if ln.startswith("NSpid:")), entry
         )
-        outer[int(entry)] = (int(nspid), uptime - int(stat[19]) / ticks, int(stat[1]))
+        outer[int(entry)] = (
+            int(nspid), uptime - int(stat[19]) / ticks, int(stat[1]), comm, stat[0]
+        )  # fmt: skip
     return {
-        nspid: Proc(age, outer[ppid][0] if ppid in outer else 0)
-        for nspid, age, ppid in outer.values()
+        nspid: Proc(age, outer[ppid][0] if ppid in outer else 0, comm, host, state)
+        for host, (nspid, age, ppid, comm, state) in outer.items()
     }
 
 
@@ -101,6 +143,12 @@ def must_come_back(procs: dict[int, Proc]) -> list[int]:
     return sorted(
         p for p, pr in procs.items() if pr.age_s >= LONG_LIVED_S or p == 1 or pr.ppid == 1
     )
+
+
+def _slurmd(procs: dict[int, Proc]) -> tuple[int, Proc] | None:
+    """The container's slurmd daemon (init's child named slurmd), if it runs one."""
+    return next(((p, pr) for p, pr in sorted(procs.items())
+                 if pr.name == "slurmd" and pr.ppid == 1), None)  # fmt: skip
 
 
 def _config_size(path: Path) -> Size:
@@ -139,9 +187,12 @@ class LxcBackend:
         self.dump_conf = state_dir / "criu-dump.conf"
         self.restore_conf = state_dir / "criu-restore.conf"
         self.dump_conf.write_text("".join(f"{o}\n" for o in cfg.dump_options))
-        self.restore_conf.write_text("".join(f"{o}\n" for o in cfg.restore_options))
-        # per container restored here: the in-namespace pids that must be back
-        self._expected: dict[str, list[int]] = {}
+        # stopped after the restore until verify has looked (the module's docstring)
+        restore = [*cfg.restore_options, *(() if RESTORE_STOPPED in cfg.restore_options
+                                           else (RESTORE_STOPPED,))]  # fmt: skip
+        self.restore_conf.write_text("".join(f"{o}\n" for o in restore))
+        # per container restored here: what must be back (Expected)
+        self._expected: dict[str, Expected] = {}
 
     def _lxc(self, cmd: str, name: str, *args: str) -> list[str]:
         return [cmd, "-n", name, "-P", str(self.path), *args]
@@ -201,11 +252,27 @@ class LxcBackend:
         pid = self._init_pid(name)
         if pid is None:
             raise BackendError(f"{name} does not run here")
+        tcp: list[checks.Conn] = []
+        if stop and self.cfg.tcp_check:
+            # two reads apart: the connections that last (checks.py)
+            first = checks.established(checks.sockets(pid))
+            time.sleep(checks.LASTING_S)
+            tcp = sorted(first & checks.established(checks.sockets(pid)))
         before = tree(pid)
         long_lived = must_come_back(before)
-        (images / TREE_FILE).write_text(
-            json.dumps({"processes": len(before), "long_lived": long_lived})
-        )
+        stopped = sorted(p for p, pr in before.items() if pr.state in ("T", "t"))
+        doc: dict[str, object] = {
+            "processes": len(before), "long_lived": long_lived, "stopped": stopped, "tcp": tcp,
+        }  # fmt: skip
+        slurmd = _slurmd(before)
+        if slurmd is not None:
+            ns_pid, proc = slurmd
+            try:
+                cmdline = Path(f"/proc/{proc.host_pid}/cmdline").read_bytes()
+            except OSError:
+                cmdline = b""
+            doc["slurmd"] = {"pid": ns_pid, "conf": checks.slurm_conf_of(cmdline)}
+        (images / TREE_FILE).write_text(json.dumps(doc))
         log = self._log("dump" if stop else "predump", name)
         flags = ["-s"] if stop else []
         with open(log, "wb") as out:
@@ -249,8 +316,7 @@ class LxcBackend:
                     f"lxc-cgroup {name} cpuset.cpus {cpus}: {got.stderr.strip()[-300:]}"
                 )
         try:
-            doc = json.loads((images / TREE_FILE).read_text())
-            self._expected[name] = [int(p) for p in doc["long_lived"]]
+            self._expected[name] = Expected.read(images / TREE_FILE)
         except (OSError, ValueError, KeyError, TypeError):
             self._expected.pop(name, None)
 
@@ -259,8 +325,11 @@ class LxcBackend:
         pid = self._init_pid(name)
         if state != "RUNNING" or pid is None:
             raise BackendError(f"{name} is {state} after the restore")
+        # the sockets first: the closer to the restore, the fewer a job closed since
+        table = checks.sockets(pid)
         now = tree(pid)
-        want = self._expected.get(name, [])
+        expected = self._expected.get(name, Expected([], [], [], None, ""))
+        want = expected.long_lived
         missing = sorted(set(want) - set(now))
         if not now or missing:
             raise BackendError(
@@ -268,6 +337,21 @@ class LxcBackend:
                 "that ran before the dump"
             )
         said = ""
+        if self.cfg.tcp_check and expected.tcp:
+            lost = checks.not_back(expected.tcp, table)
+            if lost:
+                raise NotVerifiedError(
+                    f"{name}: TCP connections not established after the restore: "
+                    + ", ".join(lost[:5])
+                    + (f" and {len(lost) - 5} more" if len(lost) > 5 else "")
+                )
+            said += f", {len(expected.tcp)} TCP connections established again"
+            closed = checks.closing(expected.tcp, table)
+            if closed:
+                said += f" ({closed} closed since by their ends)"
+        self._resume(now, expected.stopped)
+        if self.cfg.slurmd_check and expected.slurmd is not None:
+            said += f", {self._slurmd_answers(name, expected)}"
         if self.cfg.verify_command:
             cp = self._run(
                 [*self._lxc("lxc-attach", name), "--", *self.cfg.verify_command],
@@ -282,6 +366,47 @@ class LxcBackend:
         if self.cfg.announce:
             said += f", announced {announce.from_netns(pid)}"
         return f"RUNNING, {len(now)} processes, all {len(want)} lasting ones back{said}"
+
+    def _resume(self, procs: dict[int, Proc], keep: list[int]) -> None:
+        """SIGCONT to every process of the container but those stopped at the dump."""
+        for ns_pid, pr in procs.items():
+            if ns_pid in keep or not pr.host_pid:
+                continue
+            try:
+                os.kill(pr.host_pid, signal.SIGCONT)
+            except ProcessLookupError:
+                continue  # ended meanwhile
+
+    def resume(self, name: str) -> None:
+        pid = self._init_pid(name)
+        if pid is None:
+            return
+        expected = self._expected.get(name, Expected([], [], [], None, ""))
+        self._resume(tree(pid), expected.stopped)
+
+    def _slurmd_answers(self, name: str, expected: Expected) -> str:
+        """Ask the restored slurmd for its status (checks.py); raise unless the slurmd
+        of the dump answers. A few tries: one RPC may meet slurmd busy with another."""
+        env = ["-v", f"SLURMD_NODENAME={name}"]
+        if expected.slurm_conf:
+            env += ["-v", f"SLURM_CONF={expected.slurm_conf}"]
+        argv = [*self._lxc("lxc-attach", name), *env, "--", *self.cfg.slurmd_check]
+        why = ""
+        for attempt in range(SLURMD_TRIES):
+            if attempt:
+                time.sleep(0.5)
+            cp = self._run(argv, timeout=min(self.cfg.timeout_s, 30.0))
+            got = checks.slurmd_pid(cp.stdout) if cp.returncode == 0 else None
+            if got == expected.slurmd:
+                return f"slurmd answered (pid {got})"
+            if got is not None:
+                why = f"the answer names slurmd pid {got}, not {expected.slurmd}"
+            else:
+                why = f"exited {cp.returncode}: {(cp.stderr or cp.stdout).strip()[-300:]}"
+        raise NotVerifiedError(
+            f"{name}: slurmd does not answer after the restore "
+            f"({' '.join(self.cfg.slurmd_check)} {why})"
+        )
 
     def kill(self, name: str) -> None:
         if self._state(name) != "RUNNING":

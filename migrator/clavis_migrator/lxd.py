@@ -311,6 +311,9 @@ class LxdBackend:
             said += f", announced {self.announcer(pid)}"
         return said
 
+    def resume(self, name: str) -> None:
+        """Nothing: LXD's stateful start lets the instance run at once."""
+
     def kill(self, name: str) -> None:
         """Stop ``name`` at once if it runs here; on a target, delete the copy it pulled."""
         inst = self._instance(name)

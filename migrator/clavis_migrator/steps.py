@@ -12,6 +12,7 @@ from ``committing`` on it finishes the commit. No step id runs twice.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 import threading
@@ -22,7 +23,7 @@ from typing import Any
 
 from clavis_contracts import MigrationStep
 from clavis_migrator import precopy
-from clavis_migrator.backend import Backend, BackendError
+from clavis_migrator.backend import Backend, BackendError, NotVerifiedError
 from clavis_migrator.hooks import run_hook
 from clavis_migrator.incoming import PRECOPY_DIR, sha256_file
 from clavis_migrator.pause import pause_point
@@ -354,7 +355,7 @@ class Machine:
         assert rec.fence_at is not None
         until = rec.fence_at + self.fence_margin_s
         rec = self._note(
-            rec, f"waiting for the target's fence ({until - time.time():.0f} s at most)"
+            rec, f"waiting for the target's fence ({max(0.0, until - time.time()):.0f} s at most)"
         )
         while time.time() < until:
             time.sleep(min(1.0, max(0.0, until - time.time())))
@@ -379,8 +380,15 @@ class Machine:
             return rec, "failed", why
         try:
             self.backend.restore(step.container, images)
-            seen = self.backend.verify(step.container)
+            try:
+                seen = self.backend.verify(step.container)
+            except NotVerifiedError as exc:  # it runs here: there is nowhere better
+                self.backend.resume(step.container)
+                seen = f"RUNNING, but {exc}"
         except BackendError as exc:
+            # keep what was restored running rather than stopped for the admin
+            with contextlib.suppress(BackendError):
+                self.backend.resume(step.container)
             why = f"ROLLBACK FAILED: restore on {self.host}: {exc}; images kept in {images}"
             return rec, "failed", why
         shutil.rmtree(images, ignore_errors=True)

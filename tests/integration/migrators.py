@@ -87,8 +87,16 @@ class Agents:
         return self.root / host
 
     def start(
-        self, host: str, cores: int, pause_at: str = "", peer_timeout_s: float = 60.0
+        self,
+        host: str,
+        cores: int,
+        pause_at: str = "",
+        peer_timeout_s: float = 60.0,
+        *,
+        options: str = "",
+        lxc_options: str = "",
     ) -> None:
+        """``options`` and ``lxc_options``: more TOML lines, top-level and [lxc]."""
         cfg = self.root / f"{host}.toml"
         cfg.write_text(
             f'host = "{host}"\nlisten = "{host_ip(self.testbed, host)}"\nport = {PORT}\n'
@@ -96,8 +104,9 @@ class Agents:
             f"cores = {cores}\nmemory_bytes = {16 * 2**30}\npeer_timeout_s = {peer_timeout_s}\n"
             f"precopy_rounds = {self.precopy_rounds}\n"
             + (f'network_hook = ["{self.hook}"]\n' if self.hook else "")
+            + options
             + f'[lxc]\nlxcpath = "{tb.RUN_DIR / "lxc"}"\ncriu = "{self.testbed["criu"]}"\n'
-            "netns_sysfs = true\n"
+            "netns_sysfs = true\n" + lxc_options
         )
         log = open(self.root / f"{host}.log", "ab")  # noqa: SIM115 (kept by the agent)
         env = dict(os.environ)

@@ -82,6 +82,11 @@ def test_an_mpi_ring_runs_on_while_its_node_moves_to_the_other_rack(
         done = a.wait("r1h1", "1:0")
         assert done["state"] == "done", (done, a.log("r1h1"), a.log("r2h1"))
         assert "network hook: 10.213.1.102 routed to rack 2" in done["message"], done
+        # verified: the ranks' connections were established again on the target (the
+        # ranks talk to each other and to their proxies over TCP), and slurmd answered
+        tcp = re.search(r"restored on r2h1 \(RUNNING, .*?(\d+) TCP connections established "
+                        r"again.*slurmd answered", done["message"])  # fmt: skip
+        assert tcp and int(tcp.group(1)) >= 1, done["message"]
         before = _rounds(progress)
         assert before < ROUNDS, "the ring ended before the move: make it longer"
         # the container runs once, on the target, and the ring goes on across the racks

@@ -165,6 +165,27 @@ def test_a_failed_verify_kills_the_target_copy_then_rolls_back(pair) -> None:
     assert t.where["c1"] == "h1"  # running exactly once, on the source
 
 
+def test_connections_not_back_on_the_target_roll_back_and_on_the_source_are_said(
+    pair, tmp_path: Path
+) -> None:
+    """A restore whose TCP connections or slurmd are not back (NotVerifiedError) is
+    undone on the target like any failed verify; on the source, after the rollback,
+    the same finding keeps the container running there (there is nowhere better) and
+    the status says it."""
+    a1, b1, a2, b2, t = pair
+    b1.fail.add("verify-checks")
+    b2.fail.add("verify-checks")
+    post(a1.port, step(a2.port))
+    doc = wait_terminal(a1.port, "1:0")
+    assert doc["state"] == "rolled_back", doc
+    assert "restore on h2 failed: c1: TCP connections not established" in doc["message"]
+    assert "kill c1 on h2" in t.calls
+    assert "rolled back: restored on h1 (RUNNING, but c1: TCP connections" in doc["message"]
+    assert "resume c1 on h1" in t.calls  # verify left it stopped: it runs again
+    assert t.where["c1"] == "h1"
+    assert files_under(tmp_path / "h1" / "outgoing") == []
+
+
 def test_a_target_gone_mid_transfer_rolls_back(pair) -> None:
     a1, b1, a2, _, t = pair
     # the target agent dies while the source dumps: every transfer attempt fails

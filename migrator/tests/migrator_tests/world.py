@@ -25,7 +25,7 @@ from clavis_contracts import MigrationStep
 from clavis_contracts.keys import AgentKey, with_peer_key
 from clavis_contracts.signing import sign
 from clavis_migrator.agent import Agent
-from clavis_migrator.backend import BackendError, Size
+from clavis_migrator.backend import BackendError, NotVerifiedError, Size
 from clavis_migrator.config import parse
 
 # Each host's agent key, as clavisd and that host's agents have it (clavis_contracts.keys).
@@ -113,7 +113,12 @@ class TableBackend:
     def verify(self, name: str) -> str:
         if "verify" in self.fail:
             raise BackendError("verify: injected failure")
+        if "verify-checks" in self.fail:  # runs, a connection or slurmd not back
+            raise NotVerifiedError(f"{name}: TCP connections not established: injected")
         return f"{name} up"
+
+    def resume(self, name: str) -> None:
+        self.t.calls.append(f"resume {name} on {self.host}")
 
     def kill(self, name: str) -> None:
         self.t.calls.append(f"kill {name} on {self.host}")
