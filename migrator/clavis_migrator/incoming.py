@@ -227,6 +227,7 @@ class Incoming:
             said = run_hook(self.network_hook, step.container, self.host)
             if said:
                 seen += f"; network hook: {said}"
+            pause_point("target-restored")
             # Restored too late: the source may already be restoring its own copy.
             if time.time() >= fence_at:
                 raise BackendError("the restore ended after the step's fence time")

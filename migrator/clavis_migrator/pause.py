@@ -4,7 +4,9 @@ With ``CLAVIS_MIGRATOR_PAUSE_AT=POINT`` in its environment the agent logs ``paus
 POINT reached`` there and holds that thread (the test then kills the agent by PID):
 
 - ``after-checkpoint``: on the source, once the container is dumped;
-- ``target-receiving``: on the target, when the first chunk of a step's images arrives.
+- ``target-receiving``: on the target, when the first chunk of a step's images arrives;
+- ``target-restored``: on the target, once a container is restored and verified, before
+  the answer goes back to the source (a link cut there is fencing's case).
 
 ``POINT:SECONDS`` holds the thread that long only, then goes on: a test can act on the
 world (cut a link) while a step is known to be at that point, without killing the agent.

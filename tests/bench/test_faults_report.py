@@ -56,3 +56,30 @@ def test_runs_times_and_first_failures_per_case() -> None:
     )
     assert "| link between the hosts cut mid-transfer (back after" in text
     assert "starts over) | 0 | - | - | not run |" in text
+
+
+def test_cases_not_run_keep_their_earlier_figures_and_date() -> None:
+    faults = _faults()
+    cases = faults.parse_junit(JUNIT)
+    old = {
+        "test_target_agent_killed_mid_transfer": {"seconds": [13.0, 14.5], "failures": []},
+        "test_target_disk_full": {"seconds": [1.0], "failures": ["old"], "measured": "then"},
+    }
+    faults.merge(cases, old, "2026-11-25 00:08 UTC", {"test_target_disk_full"})
+    kept = cases["test_target_agent_killed_mid_transfer"]
+    assert kept.seconds == [13.0, 14.5] and kept.measured == "2026-11-25 00:08 UTC"
+    assert cases["test_target_disk_full"].seconds == [30.5, 41.0, 32.0]  # run now
+    assert "| 2 | 2 | 13.8 s (13.0-14.5) | - | 2026-11-25 00:08 UTC |" in faults.table(cases)
+
+
+def test_the_clavisd_case_runs_from_the_demos_tests() -> None:
+    faults = _faults()
+    crash = "test_clavisd_killed_mid_step_finishes_its_plan_when_started_again"
+    assert faults.pytest_args({crash}) == [faults.DEMO_TESTS, "-k", crash]
+    both = faults.pytest_args({crash, "test_target_disk_full"})
+    assert both == [
+        faults.FAULT_TESTS,
+        faults.DEMO_TESTS,
+        "-k",
+        f"{crash} or test_target_disk_full",
+    ]

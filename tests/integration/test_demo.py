@@ -230,6 +230,10 @@ def test_new_streaming_job_avoids_the_devil_hosts_unhinted(outcome: dict[str, An
 # demo: its agents hold each step this long after the dump, so clavisd dies mid-step.
 PAUSE_S = 8
 PLAN_S = 240.0
+# runs in the suite; bench/migration/faults.py runs it 10 times
+CRASH_RUNS = int(os.environ.get("CLAVIS_FAULT_RUNS", "3"))
+# the crash case's jobs run this long: past the plan (about a minute), then they end
+CRASH_JOB_S = 100
 
 
 def _plan(st: dict[str, Any], plan_id: int) -> dict[str, Any]:
@@ -250,7 +254,14 @@ def _steps_in_store(st: dict[str, Any], plan_id: int) -> list[tuple[str, str, st
     return [(str(c), str(t), str(s)) for c, t, s in rows]
 
 
-@pytest.mark.parametrize("run", range(3))
+def _images_left() -> list[str]:
+    """Image files in the stack's agents' outgoing and incoming directories."""
+    root = tb.RUN_DIR / "migrators"
+    return [str(p) for sub in ("outgoing", "incoming")
+            for p in root.glob(f"*/state/{sub}/**/*") if p.is_file()]  # fmt: skip
+
+
+@pytest.mark.parametrize("run", range(CRASH_RUNS))
 def test_clavisd_killed_mid_step_finishes_its_plan_when_started_again(
     outcome: dict[str, Any], run: int
 ) -> None:
@@ -258,7 +269,8 @@ def test_clavisd_killed_mid_step_finishes_its_plan_when_started_again(
     killed (SIGKILL) while the first step is held on its source after the dump. The agent
     finishes the step alone; clavisd started again on its store resumes the plan. Every
     moved node then runs exactly once, on its target, where clavisd's plan and its
-    monitors' reports put it, and the jobs ran on through it all."""
+    monitors' reports put it, no image is left on any host, and the jobs ran on through
+    it all and ended as one COMPLETED run each, on their node."""
     st = demo.status()
     assert st.get("stack") is not None, st.get("problems")
     idle = set(demo.idle_nodes())
@@ -268,7 +280,10 @@ def test_clavisd_killed_mid_step_finishes_its_plan_when_started_again(
             by_host.setdefault(placement.host_of(n), []).append(n)
     pair = next((ns[:2] for ns in by_host.values() if len(ns) >= 2), None)
     assert pair is not None, by_host
-    jobs = [demo.Job(f"crash{run}-{i}", "stream-triad", "stream-triad", 1) for i in range(2)]
+    jobs = [
+        demo.Job(f"crash{run}-{i}", "stream-triad", "stream-triad", 1, seconds=CRASH_JOB_S)
+        for i in range(2)
+    ]
     try:
         for job, node in zip(jobs, pair, strict=True):
             demo.submit(job, ["-w", node])
@@ -311,8 +326,25 @@ def test_clavisd_killed_mid_step_finishes_its_plan_when_started_again(
             return {c["name"]: c["host"] for c in rows if c["name"] in targets}
 
         assert wait_until(lambda: hosts_seen() == targets, 90), (hosts_seen(), targets)
+        # nothing half-restored: every step committed, its images gone on both ends
+        assert _images_left() == []
         for job, node in zip(jobs, pair, strict=True):
-            assert demo.job_nodes(job.id) == ("RUNNING", [node]), job
+            assert demo.job_nodes(job.id) in (("RUNNING", [node]), ("", [])), job
+
+        # each job ends well: one uninterrupted run on its node (-D: a requeue shows
+        # twice), exit 0, its program's one summary line
+        def ended(job_id: str) -> list[str]:
+            out = tb.slurm(["sacct", "-n", "-X", "-D", "-j", job_id, "-o",
+                            "State,ExitCode,NodeList"])  # fmt: skip
+            return out.split()
+
+        for job, node in zip(jobs, pair, strict=True):
+            assert wait_until(lambda j=job: ended(j.id)[:1] == ["COMPLETED"], CRASH_JOB_S + 60), (
+                ended(job.id)
+            )
+            assert ended(job.id) == ["COMPLETED", "0:0", node], job
+            text = (demo.DEMO_DIR / f"{job.tag}-{job.id}.out").read_text()
+            assert text.count("stream-triad: ") == 1 and " passes of 16 MiB" in text, text
     finally:
         demo.cancel(jobs)
         # A failed run may leave clavisd killed: the next run (and test) needs it.

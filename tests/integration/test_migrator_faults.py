@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,9 @@ import pytest
 from . import tb
 from .migrators import (
     Agents,
+    count_lines,
     job_ends_well,
+    lxc_state,
     no_images_left,
     running_on,
     send_home,
@@ -195,6 +199,96 @@ def test_link_cut_until_the_source_gives_up(
         no_images_left(a, ["r1h1", "r1h2"])
         job_ends_well(job, NODE, counter, 80)
     finally:
+        _link("up")
+        a.stop()
+        send_home(testbed, tmp_path, NODE, "r1h1")
+
+
+# fencing on the testbed: the target kills a copy not committed 12 s after the restore
+# was asked; clocks are one machine's, so the smallest skew (1 s) holds
+FENCE_OPTS = "restore_lease_s = 12\nmax_skew_s = 1\n"
+FENCE_LINES = 250  # 25 s: the job outlives the fenced copy's run on r1h2
+
+
+def _replayed_from_the_dump(lines: list[str], n: int) -> bool:
+    """1..k then d+1..n with d <= k: every line in order, and one stretch written twice
+    (by the copy that ran on the target until its fence, then by the source's restore
+    from the same dump)."""
+    got = [int(x) for x in lines]
+    for i in range(1, len(got)):
+        if got[i] != got[i - 1] + 1:
+            rest = got[i:]
+            return (
+                got[:i] == list(range(1, i + 1))
+                and rest[0] <= got[i - 1]  # a replay, not a gap
+                and rest == list(range(rest[0], n + 1))
+            )
+    return got == list(range(1, n + 1))
+
+
+@pytest.mark.parametrize("run", range(RUNS))
+def test_link_cut_during_the_restore_is_fenced(
+    testbed: dict[str, Any], tmp_path: Path, run: int
+) -> None:
+    """r1h2 restores the container and holds its answer 3 s (pause point
+    target-restored:3); r1h2's link is cut then and stays cut, so the source never hears
+    whether the copy runs and cannot ask for an abort. The target's sweep kills its
+    uncommitted copy at the fence time (12 s after the restore was asked); the source
+    restores its own only after that time plus max_skew_s and one sweep. Sampled every
+    0.2 s throughout, the container never runs on both hosts; it ends on r1h1 once, the
+    job ends as one COMPLETED run. The copy that ran on r1h2 until its fence did write
+    to the shared file: those lines come again from the source's restore (the dump's
+    state), which the job's file shows as one stretch written twice."""
+    a = Agents(testbed, tmp_path, [], cores=CORES)
+    both: list[float] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        deadline = time.monotonic() + 300
+        while not done.is_set() and time.monotonic() < deadline:
+            if lxc_state(NODE, "r1h1") == "RUNNING" and lxc_state(NODE, "r1h2") == "RUNNING":
+                both.append(time.monotonic())
+            time.sleep(0.2)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    try:
+        a.start("r1h1", CORES, peer_timeout_s=5.0, options=FENCE_OPTS)
+        a.start("r1h2", CORES, pause_at="target-restored:3", options=FENCE_OPTS)
+        job, counter = start_job(testbed, NODE, FENCE_LINES)
+        watcher.start()
+        a.send(step(testbed, (1, 0), NODE, "r1h1", "r1h2"))
+        assert wait_until(lambda: "pause point target-restored reached" in a.log("r1h2"), 60)
+        _link("down")
+        try:
+            doc = a.wait("r1h1", "1:0", timeout=120)
+        finally:
+            _link("up")
+        assert doc["state"] == "rolled_back", (doc, a.log("r1h1"), a.log("r1h2"))
+        m = doc["message"]
+        assert "waiting for the target's fence" in m, m
+        assert "target unreachable past its fence time: its copy is killed" in m, m
+        assert "rolled back: restored on r1h1" in m, m
+        assert "1:0 host=r1h2 r1h1c2 killed: restored, no commit by its fence time" in a.log("r1h2")
+        assert running_on(testbed, NODE) == ["r1h1"]
+        done.set()
+        watcher.join(10)
+        assert both == [], f"running on both hosts {len(both)} times"
+        # the same step id again: its status, never a second run
+        assert a.send(step(testbed, (1, 0), NODE, "r1h1", "r1h2"))["state"] == "rolled_back"
+        no_images_left(a, ["r1h1", "r1h2"])
+        assert wait_until(lambda: count_lines(counter) >= FENCE_LINES, 90)
+        assert wait_until(
+            lambda: (
+                tb.slurm(["sacct", "-n", "-X", "-D", "-j", job, "-o", "State,ExitCode"]).split()
+                == ["COMPLETED", "0:0"]
+            ),
+            60,
+        ), tb.slurm(["sacct", "-D", "-j", job])
+        lines = counter.read_text().split()
+        assert lines[-1] == str(FENCE_LINES), lines[-5:]
+        assert _replayed_from_the_dump(lines, FENCE_LINES), lines
+    finally:
+        done.set()
         _link("up")
         a.stop()
         send_home(testbed, tmp_path, NODE, "r1h1")

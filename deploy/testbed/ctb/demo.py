@@ -98,6 +98,7 @@ class Job:
     id: str = ""
     nodes: list[str] = field(default_factory=list)
     klass: str | None = None
+    seconds: int = JOB_SECONDS  # how long its program runs
 
 
 @dataclass
@@ -218,11 +219,11 @@ def _script(job: Job) -> Path:
     exe = DEMO_DIR / job.program
     if job.program == "mpi-halo":
         # -iface eth0: hydra must use the node's own rack address (docs/testbed.md)
-        body = f"mpiexec -iface eth0 -n {job.nodes_wanted} {exe} {JOB_SECONDS}\n"
+        body = f"mpiexec -iface eth0 -n {job.nodes_wanted} {exe} {job.seconds}\n"
     elif job.program == "stream-triad":
-        body = f"exec {exe} {JOB_SECONDS} {STREAM_MIB}\n"
+        body = f"exec {exe} {job.seconds} {STREAM_MIB}\n"
     else:
-        body = f"exec {exe} {JOB_SECONDS}\n"
+        body = f"exec {exe} {job.seconds}\n"
     path = DEMO_DIR / f"{job.tag}.sh"
     path.write_text("#!/bin/sh\n" + body)
     path.chmod(0o755)
