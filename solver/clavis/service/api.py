@@ -12,7 +12,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Annotated, Any, Final
+from typing import Annotated, Any, Final
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path, Request
 from fastapi.exceptions import RequestValidationError
@@ -42,22 +42,15 @@ from clavis.service.auth import (
     token_digest,
 )
 from clavis.service.classify import effective
+from clavis.service.edge import Service, service
 from clavis.service.front_runs import FrontRunner
 from clavis.service.limits import BodyLimits, BoundedBodies, LoginLimiter
 from clavis_contracts import MonitorReport
 from clavis_contracts.signing import SIGNATURE
 
-if TYPE_CHECKING:
-    from clavis.service.daemon import Clavisd
-
 API = "/api/v1"
 _ERR = {"model": s.ErrorBody}
 _AUTH_ERRORS: dict[int | str, dict[str, Any]] = {401: _ERR, 403: _ERR}
-
-
-def _d(request: Request) -> Clavisd:
-    d: Clavisd = request.app.state.clavisd
-    return d
 
 
 # Signed requests by key role: admin keys reach every endpoint a person's role does;
@@ -71,7 +64,7 @@ _KEY_KIND: Final = {"agent": "a host's agent key", "power": "a power key (Slurm'
 
 async def _signed_by(request: Request, body: bytes, key_roles: frozenset[str]) -> str:
     """A request signed with a key of one of ``key_roles``; any other key gets 403 here."""
-    d = _d(request)
+    d = service(request)
     try:
         got = d.auth.check(request.method, request.url.path, body, dict(request.headers),
                            time.time())  # fmt: skip
@@ -91,7 +84,7 @@ def require(role: Role, key_roles: frozenset[str] = ADMIN_KEYS) -> Any:
     async def dep(request: Request) -> str:
         auth = request.headers.get("authorization", "")
         if auth.lower().startswith("bearer "):
-            d = _d(request)
+            d = service(request)
             found = d.store.session(token_digest(auth[7:].strip()), time.time())
             if found is None:
                 raise HTTPException(401, "unauthenticated: unknown or expired session")
@@ -119,7 +112,7 @@ router = APIRouter(prefix=API)
 
 @router.get("/health", response_model=s.Health)
 def health(request: Request) -> s.Health:
-    d = _d(request)
+    d = service(request)
     return s.Health(
         status="ok", schema_versions=d.schema_versions, reports_stored=d.ingestor.stored
     )
@@ -148,7 +141,7 @@ async def post_report(request: Request) -> Response:
     unknown host, stale or from the future, 409 not newer than the host's last report.
     Served by reports.ReportFastPath in clavisd; this route documents it and serves it
     when the app runs without that layer."""
-    d = _d(request)
+    d = service(request)
     body = await reports.read_body(request.receive, d.config.ingest.max_report_bytes)
     if body is None:
         raise HTTPException(
@@ -160,7 +153,7 @@ async def post_report(request: Request) -> Response:
 
 @router.post("/login", response_model=s.LoginOut, responses={401: _ERR, 413: _ERR, 429: _ERR})
 def login(request: Request, body: s.LoginIn) -> s.LoginOut:
-    d = _d(request)
+    d = service(request)
     limiter: LoginLimiter = request.app.state.login_limiter
     now = time.time()
     # Failures count per client address and per user name (docs/clavisd.md, Security).
@@ -188,7 +181,7 @@ def logout(request: Request) -> Response:
     """End the session whose bearer token this request carries (204); the token is
     refused from then on."""
     auth = request.headers.get("authorization", "")
-    if not auth.lower().startswith("bearer ") or not _d(request).store.drop_session(
+    if not auth.lower().startswith("bearer ") or not service(request).store.drop_session(
         token_digest(auth[7:].strip())
     ):
         raise HTTPException(401, "unauthenticated: no such session")
@@ -197,12 +190,12 @@ def logout(request: Request) -> Response:
 
 @router.get("/hosts", response_model=list[s.HostOut], responses=_AUTH_ERRORS)
 def hosts(request: Request, _: Viewer) -> list[s.HostOut]:
-    return [s.HostOut(**asdict(h)) for h in _d(request).store.hosts()]
+    return [s.HostOut(**asdict(h)) for h in service(request).store.hosts()]
 
 
 @router.get("/containers", response_model=list[s.ContainerOut], responses=_AUTH_ERRORS)
 def containers(request: Request, _: Viewer) -> list[s.ContainerOut]:
-    d = _d(request)
+    d = service(request)
     out = []
     for c in d.store.containers():
         shown, source = effective(c.klass, c.class_source, c.class_hint, c.intensity_mpki,
@@ -213,23 +206,23 @@ def containers(request: Request, _: Viewer) -> list[s.ContainerOut]:
 
 @router.get("/jobs", response_model=list[s.JobOut], responses=_AUTH_ERRORS)
 def jobs(request: Request, _: Viewer) -> list[s.JobOut]:
-    return [s.JobOut(**asdict(j)) for j in _d(request).store.jobs()]
+    return [s.JobOut(**asdict(j)) for j in service(request).store.jobs()]
 
 
 @router.get("/power-models", response_model=list[s.PowerModelOut], responses=_AUTH_ERRORS)
 def power_models(request: Request, _: Viewer) -> list[s.PowerModelOut]:
-    return [s.PowerModelOut(**asdict(m)) for m in _d(request).store.power_models().values()]
+    return [s.PowerModelOut(**asdict(m)) for m in service(request).store.power_models().values()]
 
 
 @router.post("/power-models/fit", response_model=s.PowerFitOut, responses=_AUTH_ERRORS)
 def fit_power_models(request: Request, _: Admin) -> s.PowerFitOut:
-    fitted, refused = _d(request).fit_power_models(time.time())
+    fitted, refused = service(request).fit_power_models(time.time())
     return s.PowerFitOut(fitted=[s.PowerModelOut(**asdict(m)) for m in fitted], refused=refused)
 
 
 @router.get("/weights", response_model=s.WeightsOut, responses=_AUTH_ERRORS)
 def weights(request: Request, _: Viewer) -> s.WeightsOut:
-    w, source = _d(request).weights()
+    w, source = service(request).weights()
     return s.WeightsOut(P=w.P, D=w.D, C=w.C, M=w.M, source=source)
 
 
@@ -251,13 +244,13 @@ async def set_weights(request: Request, user: Admin) -> s.WeightsOut:
         Weights(given.P, given.D, given.C, given.M)
     except ValueError as exc:
         raise HTTPException(422, f"weights file: {exc}") from None
-    d = _d(request)
+    d = service(request)
     d.store.add_weights(doc.model_dump_json(), user, time.time())
     w, source = d.weights()
     return s.WeightsOut(P=w.P, D=w.D, C=w.C, M=w.M, source=source)
 
 
-def plan_out(d: Clavisd, plan_id: int) -> s.PlanOut:
+def plan_out(d: Service, plan_id: int) -> s.PlanOut:
     p = d.store.plan(plan_id)
     if p is None:
         raise HTTPException(404, f"no plan {plan_id}")
@@ -266,13 +259,13 @@ def plan_out(d: Clavisd, plan_id: int) -> s.PlanOut:
 
 @router.get("/plans", response_model=list[s.PlanOut], responses=_AUTH_ERRORS)
 def plans(request: Request, _: Viewer) -> list[s.PlanOut]:
-    d = _d(request)
+    d = service(request)
     return [plan_out(d, p.id) for p in d.store.plans()]
 
 
 @router.get("/plans/{plan_id}", response_model=s.PlanOut, responses={**_AUTH_ERRORS, 404: _ERR})
 def plan(request: Request, plan_id: PlanId, _: Viewer) -> s.PlanOut:
-    return plan_out(_d(request), plan_id)
+    return plan_out(service(request), plan_id)
 
 
 # Decision replay (docs/clavisd.md). The record's schema: docs/schema/replay.schema.json.
@@ -280,7 +273,7 @@ def plan(request: Request, plan_id: PlanId, _: Viewer) -> s.PlanOut:
 def plan_replay(request: Request, plan_id: PlanId, _: Viewer) -> Response:
     """The plan's replay record (replay.py) exactly as stored, validated before it is sent;
     404 for no such plan, or a plan stored before decision replay (store migration 6)."""
-    d = _d(request)
+    d = service(request)
     if d.store.plan(plan_id) is None:
         raise HTTPException(404, f"no plan {plan_id}")
     doc = d.store.plan_replay(plan_id)
@@ -299,14 +292,14 @@ def plan_replay(request: Request, plan_id: PlanId, _: Viewer) -> Response:
 @router.post("/repack", response_model=s.RepackOut, responses={**_AUTH_ERRORS, 422: _ERR})
 async def repack(request: Request, body: s.RepackIn, _: Admin) -> s.RepackOut:
     """Snapshot, solve and plan; with ``apply``, start the plan (thesis §5.5.3 loop)."""
-    d = _d(request)
+    d = service(request)
     return await asyncio.to_thread(d.repack_once, body.apply)
 
 
 @router.post("/plans/{plan_id}/apply", response_model=s.PlanOut,
              responses={**_AUTH_ERRORS, 404: _ERR, 409: _ERR})  # fmt: skip
 async def apply_plan(request: Request, plan_id: PlanId, _: Admin) -> s.PlanOut:
-    d = _d(request)
+    d = service(request)
     plan_out(d, plan_id)
     try:
         await asyncio.to_thread(d.start_plan, plan_id)
@@ -327,7 +320,7 @@ async def invalid_request(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"detail": "malformed request: " + "; ".join(where)}, status_code=422)
 
 
-def create_app(d: Clavisd) -> FastAPI:
+def create_app(d: Service) -> FastAPI:
     runner = FrontRunner(d.store, d.snapshot)
 
     @asynccontextmanager
@@ -377,7 +370,7 @@ def create_app(d: Clavisd) -> FastAPI:
     return app
 
 
-def serve(d: Clavisd) -> BoundedBodies:
+def serve(d: Service) -> BoundedBodies:
     """What clavisd serves: the API behind the report fast path, behind the bounds on
     every request's body (limits.py)."""
     srv, ing = d.config.server, d.config.ingest

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Path, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -13,10 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from clavis.calibrate import CalibrationError, calibrate_picks
 from clavis.documents import describe
 from clavis.model import Front, WeightsFile
+from clavis.service.edge import Service, service
 from clavis.service.snapshot import cluster_mismatch
-
-if TYPE_CHECKING:
-    from clavis.service.daemon import Clavisd
 
 MAX_FRONT_BYTES = 64 * 2**20
 FrontId = Annotated[int, Path(ge=1, le=2**62)]
@@ -43,7 +41,7 @@ class PicksOut(BaseModel):
     weights_id: int
 
 
-def _front_row(d: Clavisd, front_id: int) -> tuple[Front, str]:
+def _front_row(d: Service, front_id: int) -> tuple[Front, str]:
     row = d.store.front(front_id)
     if row is None:
         raise HTTPException(404, f"no front {front_id}")
@@ -73,7 +71,7 @@ def router(admin: Any, viewer: Any, errors: dict[int | str, dict[str, Any]]) -> 
             front = Front.model_validate_json(body, strict=True)
         except ValidationError as exc:
             raise HTTPException(422, f"malformed front: {describe(exc, None)}") from None
-        d: Clavisd = request.app.state.clavisd
+        d = service(request)
         other = cluster_mismatch(front.cluster, d.cluster)
         if other is not None:
             raise HTTPException(422, f"front is for another cluster: {other}")
@@ -82,7 +80,7 @@ def router(admin: Any, viewer: Any, errors: dict[int | str, dict[str, Any]]) -> 
 
     @r.get("/fronts", response_model=list[FrontSummary], responses=errors)
     def list_fronts(request: Request, _: str = viewer) -> list[FrontSummary]:
-        d: Clavisd = request.app.state.clavisd
+        d = service(request)
         return [_summary(row.id, row.created, Front.model_validate_json(row.doc), row.doc)
                 for row in d.store.fronts()]  # fmt: skip
 
@@ -90,7 +88,7 @@ def router(admin: Any, viewer: Any, errors: dict[int | str, dict[str, Any]]) -> 
             responses={**errors, 404: errors[401], 422: errors[401]})  # fmt: skip
     def pick(request: Request, front_id: FrontId, body: PicksIn, user: str = admin) -> PicksOut:
         """Weights from the picked schedules; they become current (docs/calibration.md)."""
-        d: Clavisd = request.app.state.clavisd
+        d = service(request)
         front, sha = _front_row(d, front_id)
         try:
             picked = calibrate_picks(front, body.picks)

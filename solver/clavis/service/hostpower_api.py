@@ -4,18 +4,15 @@ placement (admin, or signed by root on the head node), ``GET /metrics`` for Prom
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Path, Request
 from fastapi.responses import PlainTextResponse
 from pydantic import BaseModel
 
 from clavis.service import slurmpower_api
+from clavis.service.edge import service
 from clavis.service.hostpower import HostPower
-
-if TYPE_CHECKING:
-    from clavis.service.daemon import Clavisd
-
 
 HostName = Annotated[str, Path(min_length=1, max_length=255, pattern=r"^[A-Za-z0-9._-]+$")]
 
@@ -28,7 +25,7 @@ class PowerOnOut(BaseModel):
 
 
 def _controller(request: Request) -> HostPower | None:
-    d: Clavisd = request.app.state.clavisd
+    d = service(request)
     return d.host_power
 
 

@@ -13,16 +13,14 @@ import json
 import time
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import ValidationError
 
 from clavis.documents import describe
 from clavis.service.auth import AuthError
+from clavis.service.edge import Service
 from clavis_contracts import MonitorReport
-
-if TYPE_CHECKING:
-    from clavis.service.daemon import Clavisd
 
 PATH = "/api/v1/reports"
 Scope = MutableMapping[str, Any]
@@ -40,7 +38,7 @@ def _no(status: int, detail: str) -> Answer:
     return Answer(status, {"detail": detail})
 
 
-async def accept(d: Clavisd, headers: Mapping[str, str], body: bytes) -> Answer:
+async def accept(d: Service, headers: Mapping[str, str], body: bytes) -> Answer:
     """401 unauthenticated, 422 malformed, 403 signed by another host's key (or an admin
     key), 422 unknown host, stale or from the future, larger than its host, or failing in
     the store on its own; 409 not newer than the host's last report; 503 not stored now
@@ -110,7 +108,7 @@ def over_capacity(report: MonitorReport, host_cores: int) -> str | None:
     return None
 
 
-def _restore(d: Clavisd, host: str, last: float | None) -> None:
+def _restore(d: Service, host: str, last: float | None) -> None:
     if last is None:
         d.last_report.pop(host, None)
     else:
@@ -132,7 +130,7 @@ async def read_body(receive: Receive, limit: int) -> bytes | None:
 class ReportFastPath:
     """ASGI: serve POST /api/v1/reports directly, hand everything else to ``app``."""
 
-    def __init__(self, app: Any, d: Clavisd) -> None:
+    def __init__(self, app: Any, d: Service) -> None:
         self.app = app
         self.d = d
 

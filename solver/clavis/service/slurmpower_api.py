@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
+from typing import Annotated, Any, Final, Literal
 
 from fastapi import APIRouter, HTTPException, Request
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from clavis.service.edge import service
 from clavis.service.slurmpower import NodeAsk, SlurmPower
-
-if TYPE_CHECKING:
-    from clavis.service.daemon import Clavisd
 
 NodeName = Annotated[str, Field(min_length=1, max_length=255, pattern=r"^[A-Za-z0-9._-]+$")]
 RESUME_VERSION: Final = 2
@@ -81,7 +79,7 @@ class NodesOut(BaseModel):
 
 def _service(request: Request) -> SlurmPower:
     """The clavisd's SlurmPower, made on first use; 409 when it is not enabled."""
-    d: Clavisd = request.app.state.clavisd
+    d = service(request)
     cfg = d.config.slurm_power
     if not cfg.enabled:
         raise HTTPException(409, "Slurm power saving is not enabled ([slurm_power] enabled)")

@@ -15,7 +15,7 @@ import datetime as dt
 import json
 import time
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Path, Request
 from fastapi.responses import StreamingResponse
@@ -27,6 +27,7 @@ from clavis.model import CalibrationOutcome, Front
 from clavis.pareto import Generation
 from clavis.service.auth import token_digest
 from clavis.service.calibration_api import _front_row
+from clavis.service.edge import service
 from clavis.service.front_runs import (
     FrontRun,
     FrontRunner,
@@ -34,9 +35,6 @@ from clavis.service.front_runs import (
     NoSuchFrontError,
     RunBusyError,
 )
-
-if TYPE_CHECKING:
-    from clavis.service.daemon import Clavisd
 
 RunId = Annotated[int, Path(ge=1, le=2**62)]
 FrontId = Annotated[int, Path(ge=1, le=2**62)]
@@ -229,7 +227,7 @@ def router(admin: Any, viewer: Any, errors: dict[int | str, dict[str, Any]]) -> 
     @r.get("/advice", response_model=AdviceState, responses=errors)
     def advice_state(request: Request, _: str = viewer) -> AdviceState:
         """Whether the advice file select_clavis reads is fresh (within ``valid_s``)."""
-        d: Clavisd = request.app.state.clavisd
+        d = service(request)
         cfg = d.config.advice
         try:
             doc = json.loads(cfg.path.read_text())
@@ -247,7 +245,7 @@ def router(admin: Any, viewer: Any, errors: dict[int | str, dict[str, Any]]) -> 
     @r.get("/me", response_model=Me, responses=errors)
     def me(request: Request, user: str = viewer) -> Me:
         """The logged-in user, role and session expiry (the UI checks its token here)."""
-        d: Clavisd = request.app.state.clavisd
+        d = service(request)
         auth = request.headers.get("authorization", "")
         if not auth.lower().startswith("bearer "):  # a signed request: root on the head
             return Me(user=user, role="admin", expires=0.0)

@@ -1,10 +1,11 @@
 """No import cycles in clavis.service (issue 15: a core that is easy to change).
 
-Every import a module runs, at its top or inside a function, is read from its source
-with ast; imports under ``if TYPE_CHECKING:`` never run and are left out (the HTTP
-edge names the composition root, daemon.Clavisd, in its annotations only). The graph
-of clavis.service's modules must have no cycle, and the pure rules (docs/clavisd.md,
-"Layers") import nothing of the service's edge, services or state."""
+Every import a module names, at its top, inside a function or under ``if
+TYPE_CHECKING:`` (a type-only import is a dependency too: the HTTP edge names what it
+needs of the service in its own protocol, edge.Service, not daemon.Clavisd), is read
+from its source with ast. The graph of clavis.service's modules must have no cycle, and
+the pure rules (docs/clavisd.md, "Layers") import nothing of the service's edge,
+services or state."""
 
 from __future__ import annotations
 
@@ -20,20 +21,12 @@ EDGE_AND_STATE = ("api", "reports", "auth", "limits", "schemas", "daemon", "stor
                   "ingest", "writer", "repack", "maintenance", "agents")  # fmt: skip
 
 
-def _type_checking(node: ast.AST) -> bool:
-    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-
-
 def run_imports(source: str, modules: set[str]) -> set[str]:
-    """The modules of ``modules`` that ``source`` imports when it runs."""
+    """The modules of ``modules`` that ``source`` imports, when it runs or for types."""
     found: set[str] = set()
     todo: list[ast.AST] = [ast.parse(source)]
     while todo:
         node = todo.pop()
-        if _type_checking(node):
-            assert isinstance(node, ast.If)
-            todo.extend(node.orelse)
-            continue
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             if node.module == PACKAGE:
                 found |= {a.name for a in node.names} & modules
@@ -86,10 +79,17 @@ def test_pure_rules_import_no_edge_service_or_state() -> None:
         assert g[rule].isdisjoint(EDGE_AND_STATE), (rule, sorted(g[rule] & set(EDGE_AND_STATE)))
 
 
-def test_the_walk_sees_cycles_and_skips_type_checking() -> None:
+def test_the_edge_names_no_composition_root() -> None:
+    """api, reports and the routers reach the service through edge.Service; only the
+    OpenAPI document's generator (a tool, not a layer) builds a daemon.Clavisd."""
+    g = graph()
+    assert [m for m, deps in sorted(g.items()) if "daemon" in deps] == ["openapi_doc"]
+
+
+def test_the_walk_sees_cycles_and_type_only_imports() -> None:
     mods = {"a", "b"}
     src = "if TYPE_CHECKING:\n    from clavis.service.b import X\n"
-    assert run_imports(src, mods) == set()
+    assert run_imports(src, mods) == {"b"}
     assert run_imports("def f():\n    from clavis.service import b\n", mods) == {"b"}
     assert run_imports("import clavis.service.a\n", mods) == {"a"}
     assert cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
