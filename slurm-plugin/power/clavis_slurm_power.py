@@ -18,6 +18,8 @@ Configuration: `clavis-slurm-power.toml` beside SLURM_CONF, else
     key_file = "/etc/clavis/slurm-power-key.toml"  # [[keys]] id, role = "power", secret;
                                      # mode 0600, owned by SlurmUser: never logged
     timeout_s = 300                  # a resume may wait for a host to power on
+    connect_wait_s = 60              # clavisd not listening (starting, restarting): retry
+                                     # each second this long (nothing was sent)
     log_file = "/var/log/slurm/clavis-power.log"
     scontrol = "/usr/bin/scontrol"   # slurmctld gives its programs no PATH
     ca_file = ""                     # a CA for clavisd's https certificate
@@ -80,7 +82,7 @@ def load_config(path: Path) -> dict[str, Any]:
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise PowerError(f"{path}: {exc}") from exc
     unknown = sorted(set(cfg) - {"url", "key_file", "timeout_s", "log_file", "scontrol",
-                                 "ca_file"})  # fmt: skip
+                                 "ca_file", "connect_wait_s"})  # fmt: skip
     if unknown or not isinstance(cfg.get("url"), str) or not isinstance(cfg.get("key_file"), str):
         raise PowerError(f"{path}: needs url and key_file (strings); unknown keys {unknown}")
     return cfg
@@ -246,22 +248,34 @@ def resume_request(sizes: list[dict[str, Any]], job_nodes: list[str]) -> dict[st
 
 
 def call(cfg: dict[str, Any], path: str, doc: dict[str, Any]) -> dict[str, Any]:
+    """POST ``doc`` to clavisd, signed. A refused connection (clavisd starting or
+    restarting: nothing was sent) is tried again each second for ``connect_wait_s``, so a
+    suspend Slurm asks for then is not lost (Slurm counts the node powered down whatever
+    this program answers); any other failure is not retried."""
     key_id, secret = load_key(Path(cfg["key_file"]))
     body = json.dumps(doc).encode()
-    headers = _signing().sign(secret, "POST", path, body, time.time(), key_id=key_id)
-    headers["Content-Type"] = "application/json"
-    req = urllib.request.Request(cfg["url"].rstrip("/") + path, data=body, method="POST",
-                                 headers=headers)  # fmt: skip
     ctx = ssl.create_default_context(cafile=cfg.get("ca_file") or None)
-    try:
-        with urllib.request.urlopen(req, timeout=float(cfg.get("timeout_s", 300)),
-                                    context=ctx) as r:  # fmt: skip
-            out: dict[str, Any] = json.loads(r.read())
-            return out
-    except urllib.error.HTTPError as exc:
-        raise PowerError(f"clavisd refused {path}: {exc.code} {exc.read()[:300]!r}") from None
-    except (urllib.error.URLError, TimeoutError, ValueError) as exc:
-        raise PowerError(f"clavisd at {cfg['url']} did not answer {path}: {exc}") from None
+    deadline = time.monotonic() + float(cfg.get("connect_wait_s", 60))
+    while True:
+        # signed afresh each try: a nonce is used once and the timestamp must be recent
+        headers = _signing().sign(secret, "POST", path, body, time.time(), key_id=key_id)
+        headers["Content-Type"] = "application/json"
+        req = urllib.request.Request(cfg["url"].rstrip("/") + path, data=body, method="POST",
+                                     headers=headers)  # fmt: skip
+        try:
+            with urllib.request.urlopen(req, timeout=float(cfg.get("timeout_s", 300)),
+                                        context=ctx) as r:  # fmt: skip
+                out: dict[str, Any] = json.loads(r.read())
+                return out
+        except urllib.error.HTTPError as exc:
+            raise PowerError(f"clavisd refused {path}: {exc.code} {exc.read()[:300]!r}") from None
+        except urllib.error.URLError as exc:
+            refused = isinstance(exc.reason, ConnectionRefusedError)
+            if not refused or time.monotonic() >= deadline:
+                raise PowerError(f"clavisd at {cfg['url']} did not answer {path}: {exc}") from None
+        except (TimeoutError, ValueError) as exc:
+            raise PowerError(f"clavisd at {cfg['url']} did not answer {path}: {exc}") from None
+        time.sleep(1.0)
 
 
 def _log(cfg: dict[str, Any], text: str) -> None:

@@ -497,8 +497,14 @@ def cmd_status(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- helpers for users
 
 
-def _require_up() -> State:
+def _require_up(wait_s: float = 0.0) -> State:
+    """The state of a testbed that is up; one still being built is waited for, at most
+    ``wait_s`` seconds."""
+    deadline = time.monotonic() + wait_s
     st = load()
+    while st is not None and st.phase == "building" and time.monotonic() < deadline:
+        time.sleep(0.5)
+        st = load()
     if st is None or st.phase != "up":
         raise CommandError("the testbed is not up (run `clavis-testbed up`)")
     return st
@@ -581,10 +587,16 @@ def cmd_node_moved(args: argparse.Namespace) -> int:
     return 0
 
 
+NODE_POWER_WAIT_S = 45.0  # within clavisd's command_timeout_s of 60 s (powersave.py)
+
+
 def cmd_node_power(args: argparse.Namespace) -> int:
     """Slurm's power saving on the testbed, as clavisd's node command runs it
     (chassis.py): `node-power stop NODE`, `node-power start NODE HOST`."""
-    st = _require_up()
+    # slurmctld suspends nodes idle for SuspendTime (10 s), which can come before `up`
+    # has started the rest of the stack: wait for it rather than fail the suspend (Slurm
+    # would count the node powered down with its container running)
+    st = _require_up(wait_s=NODE_POWER_WAIT_S)
     _container(st, args.node)
     if args.action == "stop":
         errors = chassis.suspend_node(args.node)

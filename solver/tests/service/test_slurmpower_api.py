@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import stat
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +23,20 @@ from clavis.service.config import load_config
 from clavis.service.daemon import Clavisd
 from clavis_contracts.keys import KeyFileError, own_key, parse_keys
 
-from .helpers import ADMIN, POWER, container, login, post_report, report, signed, write_setup
+from .helpers import (
+    ADMIN,
+    KEYS,
+    POWER,
+    container,
+    key_toml,
+    login,
+    post_report,
+    report,
+    signed,
+    write_setup,
+)
+from .process import Daemon, free_port
+from .test_slurmpower import _program
 
 RESUME = "/api/v1/nodes/resume"
 SUSPEND = "/api/v1/nodes/suspend"
@@ -194,3 +208,44 @@ def test_a_power_key_speaks_for_no_host_and_is_no_agents_key(tmp_path: Path) -> 
     f.chmod(0o600)
     with pytest.raises(KeyFileError, match=r"the first key, p, is for no host \(power\)"):
         own_key(f, "h1")
+
+
+def test_the_program_waits_for_a_clavisd_that_is_not_listening_yet(tmp_path: Path) -> None:
+    """The suspend program against a real clavisd process that starts 2 s after it: the
+    refused connections are tried again (Slurm counts the node powered down whatever the
+    program says, so a lost suspend leaves its container running)."""
+    prog = _program()
+    port = free_port()
+    exe = tmp_path / "node-command"
+    exe.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "calls"}\n')
+    exe.chmod(0o755)
+    extra = f'[slurm_power]\nenabled = true\nnode_command = ["{exe}"]\n'
+    d = Daemon(write_setup(tmp_path, extra=extra, port=port), port, tmp_path / "clavisd.log")
+    key = tmp_path / "power-key.toml"
+    key.write_text(key_toml({k: v for k, v in KEYS.items() if v[0] == POWER}))
+    key.chmod(0o600)
+    cfg = {"url": f"http://127.0.0.1:{port}", "key_file": str(key), "connect_wait_s": 0}
+    with pytest.raises(prog.PowerError, match="did not answer /api/v1/nodes/suspend"):
+        prog.call(cfg, SUSPEND, {"nodes": ["n1"]})  # no wait: refused at once
+    answer: list[object] = []
+    caller = threading.Thread(target=lambda: answer.append(
+        prog.call({**cfg, "connect_wait_s": 30}, SUSPEND, {"nodes": ["n1"]})))  # fmt: skip
+    caller.start()
+    try:
+        time.sleep(2.0)
+        assert caller.is_alive() and not answer  # still trying
+        d.start()
+        caller.join(timeout=30)
+        assert answer == [
+            {"results": [{"node": "n1", "host": None, "ok": True, "message": "exit 0"}]}
+        ]
+        assert (tmp_path / "calls").read_text() == "stop n1\n"
+        # a refusal by clavisd is not retried: an agent key gets its 403 at once
+        key.write_text(key_toml({"h1-k1": KEYS["h1-k1"]}))
+        t0 = time.monotonic()
+        with pytest.raises(prog.PowerError, match="clavisd refused /api/v1/nodes/suspend: 403"):
+            prog.call({**cfg, "connect_wait_s": 30}, SUSPEND, {"nodes": ["n1"]})
+        assert time.monotonic() - t0 < 5
+    finally:
+        caller.join(timeout=40)
+        d.stop()
