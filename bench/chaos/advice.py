@@ -5,12 +5,15 @@ test.
 The files are tests/slurm_plugin/test_sanitizers.py's hostile corpus made from a valid
 file of --nodes nodes (one rack per node: the case whose rack search was quadratic),
 with bench/plugin's valid file at the size limit whose names share a long prefix (every
-comparison scans it). Each is read through `clavis_narrow_test time` (the plugin's own
-cached load, one lookup per candidate, both narrowed sets of a 2-node devil job, the
-worst job) over a node table of --nodes candidates: the first job test after the file
-changed reads and parses it, the others find it unchanged. The build is bench/plugin's
-"sanitized" one, as the sanitizer test builds it: any sanitizer report ends the driver
-with an error, which counts as a crash here.
+comparison scans it). Each is followed through `clavis_narrow_test time`, as the
+plugin follows it: its watcher thread reads and parses the file (and CHANGES - 1 times
+more, the file's mtime set anew each time), while job tests (the advice held from the
+thread, one lookup per candidate, both narrowed sets of a 2-node devil job, the worst
+job) over a node table of --nodes candidates go on: during each reload (one a
+millisecond), the first to see the new advice, and --reps more after each. Every job
+test is counted, the first after each change included: no job test reads or parses
+the file. The build is bench/plugin's "sanitized" one, as the sanitizer test builds
+it: any sanitizer report ends the driver with an error, which counts as a crash here.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from plugin import plugin_bench
 from tests.slurm_plugin import test_sanitizers as corpus
 
 TARGET_MS = 10.0
+CHANGES = 3  # the thread's reads of each file: the first and two reloads
 ASAN = "detect_leaks=1:abort_on_error=0:exitcode=99"
 
 
@@ -43,8 +47,8 @@ def cases(n: int) -> list[tuple[str, bytes, str, str]]:
 
 
 def job_tests(drv: Path, adv: Path, table: Path, now: str, reps: int) -> dict[str, Any]:
-    """One file's 1 + reps job tests; exit code and, when it ran clean, its timings."""
-    cmd = [str(drv), "time", str(adv), now, str(table), "2", "1", str(reps)]
+    """One file's job tests over CHANGES reads; exit code and, when clean, timings."""
+    cmd = [str(drv), "time", str(adv), now, str(table), "2", "1", str(reps), str(CHANGES)]
     cp = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False,
                         env={**os.environ, "ASAN_OPTIONS": ASAN})  # fmt: skip
     got: dict[str, Any] = {"exit": cp.returncode, "stderr": cp.stderr[-600:]}
@@ -86,7 +90,8 @@ def run(tmp: Path, nodes: int, reps: int, log: Callable[[str], None]) -> dict[st
     clean = [f for f in files if f["exit"] == 0]
     first = max(clean, key=lambda f: f["cpu_first_us"], default=None)
     return {
-        "nodes": nodes, "reps": reps, "target_ms": TARGET_MS, "files": files,
+        "nodes": nodes, "reps": reps, "changes": CHANGES, "target_ms": TARGET_MS,
+        "files": files, "job_tests": int(sum(f["tests"] for f in clean)),
         "crashed": len(files) - len(clean),
         "read": summary([f for f in clean if f["reader"] == "read"]),
         "refused": summary([f for f in clean if f["reader"] == "refused"]),
@@ -99,7 +104,8 @@ def run(tmp: Path, nodes: int, reps: int, log: Callable[[str], None]) -> dict[st
 
 def summary(files: list[dict[str, Any]]) -> dict[str, Any]:
     """Files of one verdict: how many, the median of their job tests' CPU medians, the
-    worst file's median and the worst single job test (ms), and which file that was."""
+    worst file's median and 99th percentile, the worst single job test (ms), and which
+    file that was."""
     if not files:
         return {"files": 0}
     worst = max(files, key=lambda f: f["cpu_max_us"])
@@ -107,6 +113,7 @@ def summary(files: list[dict[str, Any]]) -> dict[str, Any]:
         "files": len(files),
         "cpu_median_ms": round(statistics.median(f["cpu_median_us"] for f in files) / 1e3, 3),
         "cpu_median_worst_ms": round(max(f["cpu_median_us"] for f in files) / 1e3, 3),
+        "cpu_p99_worst_ms": round(max(f["cpu_p99_us"] for f in files) / 1e3, 3),
         "cpu_max_ms": round(worst["cpu_max_us"] / 1e3, 3),
         "cpu_max_file": worst["name"],
     }
@@ -123,36 +130,35 @@ def _stats(s: dict[str, Any]) -> str:
     if not s["files"]:
         return "none"
     return (f"{s['files']} files, CPU median {s['cpu_median_ms']} ms (worst file's median "
-            f"{s['cpu_median_worst_ms']} ms), worst {s['cpu_max_ms']} ms "
-            f"({s['cpu_max_file']})")  # fmt: skip
+            f"{s['cpu_median_worst_ms']} ms, p99 {s['cpu_p99_worst_ms']} ms), worst "
+            f"{s['cpu_max_ms']} ms ({s['cpu_max_file']})")  # fmt: skip
 
 
 def row(result: dict[str, Any]) -> str:
-    """The advice reader's row of the items table. The verdict is on crashes and on the
-    job tests that find the file unchanged; the one job test after each change, which
-    reads and parses the file, is reported apart and judged in its own words."""
+    """The advice reader's row of the items table: crashes, and every job test (the
+    first after each change included) against the target."""
     r = result
-    first_over = r["cpu_first_max_ms"] is not None and r["cpu_first_max_ms"] > TARGET_MS
     after = (
-        f"{len(r['files'])} hostile files at {r['nodes']:,} nodes, ASan+UBSan build, "
-        f"{r['reps']} job tests each after the first: {r['crashed']} crashed or stopped by "
-        f"a sanitizer. Job tests: read: {_stats(r['read'])}; refused: "
+        f"{len(r['files'])} hostile files at {r['nodes']:,} nodes, ASan+UBSan build, each "
+        f"read {r['changes']} times by the plugin's watcher thread while {r['job_tests']:,} "
+        f"job tests in all went on (during each reload, the first after it, {r['reps']} "
+        f"more): {r['crashed']} crashed or stopped by a sanitizer. Job tests, the first "
+        f"after each change included: read: {_stats(r['read'])}; refused: "
         f"{_stats(r['refused'])}; wall worst {r['wall_max_ms']:.1f} ms (a shared machine). "
-        f"The first job test after a change reads and parses the file: up to "
-        f"{r['cpu_first_max_ms']} ms of CPU ({r['cpu_first_max_file']}), once per clavisd "
-        "publication"
+        f"The first job test after a change: up to {r['cpu_first_max_ms']} ms of CPU "
+        f"({r['cpu_first_max_file']}); no job test reads or parses the file (the thread "
+        "does, before it swaps the advice in)"
     )
-    if not ok(r):
+    if ok(r):
+        verdict_text = "pass"
+    else:
         verdict_text = "**FAIL**: " + (f"{r['crashed']} crashed" if r["crashed"] else
                                        f"a job test over {TARGET_MS:g} ms")  # fmt: skip
-    elif first_over:
-        verdict_text = (f"pass (no crash; job tests within {TARGET_MS:g} ms); **not met** by "
-                        "the job test that reads a changed file")  # fmt: skip
-    else:
-        verdict_text = "pass"
     return (
         "| 10 | hostile advice files, the C reader under ASan/UBSan at "
         f"{r['nodes']:,} nodes | an empty `nodes` list reached `qsort(NULL, 0, …)`; with one "
         "rack per node the rack search was quadratic (about 0.7 s per multi-node job at "
-        f"20,000 nodes, inside slurmctld) | {after} | {verdict_text} |"
+        "20,000 nodes, inside slurmctld); the first job test after a change read and parsed "
+        "the file (up to 103 ms at 4 MiB) | "
+        f"{after} | {verdict_text} |"
     )

@@ -2,16 +2,18 @@
 advice.
 
     python bench/plugin/plugin_bench.py [--nodes 20000] [--reps 201] [--builds plain,sanitized]
+    python bench/plugin/plugin_bench.py --render   # redraw the section from the results
 
 Builds `clavis_narrow_test` (slurm-plugin/select/clavis_narrow_test.c: the same advice
-reader, cache and narrowing select_clavis.so links) into a temporary directory, once as
-built for slurmctld (-O2) and once with ASan and UBSan, and times, for a node table of
-`--nodes` names, every one a candidate, the work the plugin adds to a job test: the
-cached advice load (an open and an fstat while the file is unchanged), one lookup per
-candidate node and both narrowed sets of a devil job (the worst case). cons_tres's own
-time is not included: it is Slurm's, the same with or without the plugin. The first
-job test after a change also reads and parses the file, and is reported apart (once per
-clavisd publication). Wall and CPU time of the timing thread are both reported: on a
+reader, watcher thread and narrowing select_clavis.so links) into a temporary
+directory, once as built for slurmctld (-O2) and once with ASan and UBSan, and times,
+for a node table of `--nodes` names, every one a candidate, the work the plugin adds to
+a job test: the advice held from the watcher thread (a mutex), one lookup per
+candidate node and both narrowed sets of a devil job (the worst case), while the thread
+reads the file 3 times (it is changed twice): job tests during each reload, the first
+after it (reported apart too) and --reps more. No job test reads or parses the file.
+cons_tres's own time is not included: it is Slurm's, the same with or without the
+plugin. Wall and CPU time of the timing thread are both reported: on a
 shared machine the wall clock includes other processes' turns, the CPU time is the
 plugin's work. Results go to
 bench/results/plugin.json and the plugin section of docs/benchmarks.md.
@@ -28,6 +30,7 @@ import sys
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from report import describe, machine, write_json, write_section
@@ -179,7 +182,7 @@ def measure(drv: Path, adv: Path, table: Path, *, kind: str, name: str, reps: in
 
 
 def table_md(rows: list[Row]) -> str:
-    head = ("| build | advice | size | reader | job | first job test (reads the file), "
+    head = ("| build | advice | size | reader | job | first job test after a change, "
             "CPU ms | job test, CPU ms median / max | wall ms median / max | nodes kept |\n"
             "|---|---|---|---|---|---|---|---|---|\n")  # fmt: skip
     return head + "".join(
@@ -190,13 +193,59 @@ def table_md(rows: list[Row]) -> str:
     )
 
 
+def section(payload: dict[str, Any], builds: str) -> str:
+    """The plugin section of docs/benchmarks.md from a run's results."""
+    rows = [Row(**r) for r in payload["rows"]]
+    n, reps, load = payload["nodes"], payload["reps"], payload["load_average"]
+    worst_max = {b: max((r.cpu_max_ms for r in rows if r.build == b), default=0.0)
+                 for b in ("plain", "sanitized")}  # fmt: skip
+    return (
+        "## select_clavis job test (`bench/plugin/plugin_bench.py`)\n\n"
+        f"The work select_clavis.so adds to one job test at {n:,} nodes (all candidates): "
+        "the advice held from the plugin's watcher thread, one lookup per candidate node, "
+        "both narrowed sets of a devil job (the worst case), as "
+        "`slurm-plugin/select/clavis_narrow_test.c` runs the plugin's own watcher and "
+        "`clavis_narrow.c` (-O2); cons_tres's own time is Slurm's and not included. The "
+        "thread reads each file 3 times (its mtime set anew twice) while job tests go on: "
+        "median and maximum of every job test, those during each reload and the first after "
+        f"it included ({reps} more after each); no job test reads or parses the file. "
+        "CPU is the timing thread's CPU time; wall includes other processes' turns (load "
+        f"average {load[0]:.1f} during the run, on a machine shared by other sessions). "
+        "Refused files (the reader's verdict in the table) leave no advice: a job test "
+        "takes the mutex and finds none.\n\n"
+        + table_md(rows)
+        + f"\nTarget: under 10 ms per job test; worst CPU median "
+        f"{payload['worst_cpu_median_ms']:.2f} ms as built for slurmctld, "
+        f"{payload['worst_cpu_median_ms_sanitized']:.2f} ms with ASan and UBSan (no "
+        "sanitizer report in any run: one would have ended it); worst single job test "
+        f"{worst_max['plain']:.2f} ms as built for slurmctld, {worst_max['sanitized']:.2f} ms "
+        "with ASan and UBSan; the first job test after a change up to "
+        f"{payload['worst_cpu_first_ms']:.1f} ms as built for slurmctld. Before the watcher "
+        "thread (83483d5) that job test read and parsed the file itself: up to 67 ms of "
+        "CPU for a 4 MiB file (plain build, 2026-11-23).\n\n"
+        + BEFORE
+        + describe(payload["machine"])
+        + f"\n\nCommand: `python bench/plugin/plugin_bench.py --nodes {n} --reps {reps} "
+        f"--builds {builds}`; "
+        "raw results in `bench/results/plugin.json`."
+    )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--nodes", type=int, default=20_000)
     ap.add_argument("--reps", type=int, default=201)
     ap.add_argument("--builds", default="plain,sanitized", help="plain and/or sanitized")
     ap.add_argument("--no-write", action="store_true", help="print, do not write results")
+    ap.add_argument("--render", action="store_true",
+                    help="redraw the section from the last results, run nothing")  # fmt: skip
     args = ap.parse_args()
+    results = ROOT / "bench/results/plugin.json"
+    if args.render:
+        payload = json.loads(results.read_text())
+        builds = ",".join(dict.fromkeys(r["build"] for r in payload["rows"]))
+        write_section(ROOT / "docs/benchmarks.md", "plugin-bench", section(payload, builds))
+        return 0
     n = args.nodes
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
@@ -219,7 +268,7 @@ def main() -> int:
                 print("\n".join(table_md(got).splitlines()[2:]), flush=True)
     worst = max((r.cpu_median_ms for r in rows if r.build == "plain"), default=0.0)
     worst_san = max((r.cpu_median_ms for r in rows if r.build == "sanitized"), default=0.0)
-    # the job test that first meets a changed file reads and parses it
+    # the first job test after a change (the thread read it meanwhile)
     first = max((r.cpu_first_ms for r in rows if r.build == "plain"), default=0.0)
     load = os.getloadavg()
     info = machine()
@@ -230,33 +279,8 @@ def main() -> int:
     if args.no_write:
         print(json.dumps(payload, indent=1))
         return 0
-    write_json(ROOT / "bench/results/plugin.json", payload)
-    body = (
-        "## select_clavis job test (`bench/plugin/plugin_bench.py`)\n\n"
-        f"The work select_clavis.so adds to one job test at {n:,} nodes (all candidates): "
-        "the cached advice load, one lookup per candidate node, both narrowed sets of a "
-        "devil job (the worst case), as `slurm-plugin/select/clavis_narrow_test.c` runs "
-        "the plugin's own reader and `clavis_narrow.c` (-O2); cons_tres's own time is "
-        f"Slurm's and not included. Median and maximum of {args.reps} job tests after the "
-        "first; the first after each change of the file also reads and checks it (once per "
-        "clavisd publication). CPU is the timing thread's CPU time; wall includes other "
-        f"processes' turns (load average {load[0]:.1f} during the run, on a machine shared "
-        "by other sessions). Refused files (the reader's verdict in the table) leave the "
-        "job to cons_tres at the cost of an open and an fstat.\n\n"
-        + table_md(rows)
-        + f"\nTarget: under 10 ms per job test; worst CPU median {worst:.2f} ms as built "
-        f"for slurmctld, {worst_san:.2f} ms with ASan and UBSan (no sanitizer report in any "
-        "run: one would have ended it). Not met by the one job test after each change of "
-        f"the file, which reads and parses it: up to {first:.0f} ms of CPU (a 4 MiB file), "
-        "once per clavisd publication (every 10 s by default); moving the read into a "
-        "thread of the plugin would take it out of job test.\n\n"
-        + BEFORE
-        + describe(info)
-        + f"\n\nCommand: `python bench/plugin/plugin_bench.py --nodes {n} --reps {args.reps} "
-        f"--builds {args.builds}`; "
-        "raw results in `bench/results/plugin.json`."
-    )
-    write_section(ROOT / "docs/benchmarks.md", "plugin-bench", body)
+    write_json(results, payload)
+    write_section(ROOT / "docs/benchmarks.md", "plugin-bench", section(payload, args.builds))
     return 0
 
 
