@@ -89,6 +89,13 @@ int clavis_advice_index(clavis_advice_t *adv);
 const clavis_advice_node_t *clavis_advice_find(const clavis_advice_t *adv,
 					       const char *name);
 
+/* The entry of node `name`, given `last`, its entry at an earlier job test of the same
+ * advice (or NULL): `last` itself while it still names the node (one comparison, no
+ * hash), else clavis_advice_find. `last` must belong to `adv`. */
+const clavis_advice_node_t *clavis_advice_recall(const clavis_advice_t *adv,
+						 const clavis_advice_node_t *last,
+						 const char *name);
+
 /* The remembered class of application `key`, or NULL (binary search). */
 const clavis_advice_app_t *clavis_advice_find_app(const clavis_advice_t *adv,
 						  const char *key);

@@ -166,6 +166,15 @@ int clavis_advice_index(clavis_advice_t *adv)
 	return 0;
 }
 
+const clavis_advice_node_t *clavis_advice_recall(const clavis_advice_t *adv,
+						 const clavis_advice_node_t *last,
+						 const char *name)
+{
+	if (last && !strcmp(last->node, name))
+		return last;
+	return clavis_advice_find(adv, name);
+}
+
 const clavis_advice_node_t *clavis_advice_find(const clavis_advice_t *adv,
 					       const char *name)
 {

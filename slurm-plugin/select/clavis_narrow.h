@@ -11,9 +11,8 @@
 
 #include "clavis_advice.h"
 
-/* One job test's view of the node table: entry[i] is the advice of candidate node i
- * (NULL for a node that is no candidate or has no advice), in[i] 1 if it is a
- * candidate. */
+/* One job test's view of the node table: in[i] 1 if node i is a candidate, and then
+ * entry[i] its advice (NULL: none; meaningless for a node that is no candidate). */
 typedef struct {
 	size_t n;
 	const clavis_advice_node_t **entry;

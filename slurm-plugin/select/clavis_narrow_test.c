@@ -85,14 +85,17 @@ static void _free_table(table_t *t)
 	free(t->in);
 }
 
-/* As select_clavis.c's _cands: one lookup per candidate. */
+/* As select_clavis.c's _cands: each candidate's entry of the last job test (the
+ * caller clears `entry` when the advice changed), else a lookup. */
 static void _cands(const clavis_advice_t *adv, const table_t *t,
 		   const clavis_advice_node_t **entry, clavis_cands_t *c)
 {
 	size_t i;
 
 	for (i = 0; i < t->n; i++)
-		entry[i] = t->in[i] ? clavis_advice_find(adv, t->names[i]) : NULL;
+		if (t->in[i])
+			entry[i] = clavis_advice_recall(adv, entry[i],
+							t->names[i]);
 	c->n = t->n;
 	c->entry = entry;
 	c->in = t->in;
@@ -114,6 +117,7 @@ typedef struct {
 	size_t n, cap;
 	double first, cpu_first; /* the worst first job test after a change */
 	long kept;
+	unsigned long seq; /* the advice change `entry` is of */
 } timings_t;
 
 /* One job test's work, timed into `tm`. RET 1 if it saw change `want` (or a later
@@ -132,6 +136,10 @@ static int _job_test(clavis_advice_watch_t *w, double now, const table_t *t,
 
 	if (tm->n == tm->cap || clavis_advice_hold(w, now, &adv, &seq))
 		return -1;
+	if (seq != tm->seq) { /* another advice: the entries kept are not its */
+		memset(entry, 0, t->n * sizeof(*entry));
+		tm->seq = seq;
+	}
 	if (adv) {
 		_cands(adv, t, entry, &c);
 		for (strict = 0; strict <= devil; strict++) {

@@ -89,6 +89,13 @@ static plugin_context_t *cons_ctx;
 static char *advice_path;
 static size_t advice_max_bytes = CLAVIS_ADVICE_MAX_BYTES_DEFAULT;
 static clavis_advice_watch_t advice_watch;
+/* Each node's advice entry at the last job test, for change `entries_seq` of the
+ * advice: kept from one job test to the next, so a node is looked up again only when
+ * the advice changed (or the node's name is not its entry's). Guarded by the advice
+ * mutex, which every job test holds while it uses them. */
+static const clavis_advice_node_t **entries;
+static size_t entries_n;
+static unsigned long entries_seq;
 
 /* key=value lines of select_clavis.conf; an unknown key is an error (logged). */
 static void _read_conf(void)
@@ -205,26 +212,32 @@ static int _job_is_devil(const clavis_advice_t *adv, job_record_t *job_ptr,
 	return app->app_class == ADV_CLASS_DEVIL;
 }
 
-/* The advice entry of every candidate node: one lookup per node, shared by
- * both narrowed sets. The caller xfree()s entry and in. */
-static void _cands(const clavis_advice_t *adv, bitstr_t *bitmap,
-		   clavis_cands_t *c)
+/* The advice entry of every candidate node, shared by both narrowed sets: the one
+ * of the last job test while the advice is the same change `seq` (a comparison of
+ * the name), else a lookup. The caller xfree()s c->in (c->entry is `entries`). */
+static void _cands(const clavis_advice_t *adv, unsigned long seq,
+		   bitstr_t *bitmap, clavis_cands_t *c)
 {
-	const clavis_advice_node_t **entry;
 	unsigned char *in;
 	int i;
 
 	c->n = (size_t)node_record_count;
-	entry = xcalloc(c->n + 1, sizeof(*entry));
+	if (!entries || entries_n != c->n || entries_seq != seq) {
+		xfree(entries);
+		entries = xcalloc(c->n + 1, sizeof(*entries));
+		entries_n = c->n;
+		entries_seq = seq;
+	}
 	in = xcalloc(c->n + 1, sizeof(*in));
 	for (i = 0; i < node_record_count; i++) {
 		if (!bit_test(bitmap, i))
 			continue;
 		in[i] = 1;
-		if (CLAVIS_NODE(i))
-			entry[i] = clavis_advice_find(adv, CLAVIS_NODE(i)->name);
+		entries[i] = CLAVIS_NODE(i) ?
+			clavis_advice_recall(adv, entries[i], CLAVIS_NODE(i)->name) :
+			NULL;
 	}
-	c->entry = entry;
+	c->entry = entries;
 	c->in = in;
 }
 
@@ -257,9 +270,10 @@ static bitstr_t *_narrowed(const clavis_advice_t *adv, const clavis_cands_t *c,
  * first tries the devil-free hosts, then every host running no devil (hosts of unknown
  * contention included: the advice fails open there). Called with the advice held.
  */
-static void _advised_by(const clavis_advice_t *adv, job_record_t *job_ptr,
-			bitstr_t *bitmap, uint32_t min_nodes,
-			clavis_class_t hint, bitstr_t *sets[2])
+static void _advised_by(const clavis_advice_t *adv, unsigned long seq,
+			job_record_t *job_ptr, bitstr_t *bitmap,
+			uint32_t min_nodes, clavis_class_t hint,
+			bitstr_t *sets[2])
 {
 	clavis_cands_t c;
 	int devil;
@@ -267,13 +281,12 @@ static void _advised_by(const clavis_advice_t *adv, job_record_t *job_ptr,
 	devil = _job_is_devil(adv, job_ptr, hint);
 	if (!devil && min_nodes < 2)
 		return;
-	_cands(adv, bitmap, &c);
+	_cands(adv, seq, bitmap, &c);
 	sets[1] = _narrowed(adv, &c, bitmap, min_nodes, devil, 0);
 	if (devil)
 		sets[0] = _narrowed(adv, &c, bitmap, min_nodes, devil, 1);
 	if (sets[0] && sets[1] && bit_equal(sets[0], sets[1]))
 		FREE_NULL_BITMAP(sets[0]);
-	xfree(c.entry);
 	xfree(c.in);
 }
 
@@ -284,19 +297,20 @@ static void _advised(job_record_t *job_ptr, bitstr_t *bitmap,
 {
 	clavis_class_t hint = _job_hint(job_ptr);
 	const clavis_advice_t *adv;
+	unsigned long seq;
 	int rc;
 
 	sets[0] = sets[1] = NULL;
 	/* the advice has nothing to say about a turtle-hinted single-node job */
 	if (hint == ADV_CLASS_TURTLE && min_nodes < 2)
 		return;
-	if ((rc = clavis_advice_hold(&advice_watch, _now(), &adv, NULL))) {
+	if ((rc = clavis_advice_hold(&advice_watch, _now(), &adv, &seq))) {
 		error("%s: %pJ: advice not held: %s: placing as cons_tres",
 		      plugin_type, job_ptr, slurm_strerror(rc));
 		return;
 	}
 	if (adv)
-		_advised_by(adv, job_ptr, bitmap, min_nodes, hint, sets);
+		_advised_by(adv, seq, job_ptr, bitmap, min_nodes, hint, sets);
 	if ((rc = clavis_advice_release(&advice_watch)))
 		error("%s: %pJ: advice not released: %s", plugin_type, job_ptr,
 		      slurm_strerror(rc));
@@ -353,6 +367,8 @@ extern int fini(void)
 
 	/* the thread first: it logs with advice_path */
 	clavis_advice_watch_fini(&advice_watch);
+	xfree(entries);
+	entries_n = 0;
 	if (cons_ctx)
 		rc = plugin_context_destroy(cons_ctx);
 	cons_ctx = NULL;
