@@ -7,7 +7,8 @@ started on a host clavisd chooses with the one evaluator (clavis.objectives): th
 with room whose F is lowest with the node on it, the nodes resumed together and the
 job's nodes that already run (``job_nodes``: SLURM_RESUME_FILE's nodes_alloc less
 nodes_resume) counted as one job whose members talk (``pair_bytes_per_s``, so C keeps
-the new nodes on the host or rack of the others),
+the new nodes on the host or rack of the others; the new nodes devils when a running one
+is a measured devil, so D keeps them off devil hosts),
 a host that is off counted at its off watts until the node is on it (so P prefers a
 powered host, and powers one on only when none has room or the trade-off says so).
 A chosen host that is off is powered on through host power (hostpower.py) first: no
@@ -98,13 +99,17 @@ def choose_hosts(
     members = [n for n in dict.fromkeys(job_nodes) if n in running and n not in asked_names]
     jobs, fixed = _take_out(list(snap.workload.jobs) if snap.workload is not None else [],
                             frozenset(members))  # fmt: skip
+    threshold = snap.workload.devil_threshold_mpki if snap.workload is not None else 1.0
+    # The new nodes run the job's program: when its running nodes are measured devils,
+    # they are placed as devils (D keeps them off devil hosts); else as turtles.
+    devil = any(_is_devil(m, threshold) for m in fixed if m.name not in snap.unknown)
     asked = Job(
         name="resume:" + todo[0].name,  # a name no reported job has (":")
         containers=[*(Container(name=a.name, cores=a.cores, memory_bytes=a.memory_bytes,
-                                intensity_mpki=0.0, klass="turtle") for a in todo), *fixed],
+                                intensity_mpki=0.0, klass="devil" if devil else "turtle")
+                      for a in todo), *fixed],
         all_to_all_bytes_per_s=pair_bytes_per_s,
     )  # fmt: skip
-    threshold = snap.workload.devil_threshold_mpki if snap.workload is not None else 1.0
     workload = Workload(devil_threshold_mpki=threshold, jobs=[*jobs, asked])
     # every host up for the evaluation: P counts a host by its load, not its state, and
     # the candidates were chosen above
@@ -144,6 +149,11 @@ def choose_hosts(
         placed[a.name] = host
         load[host] += a.cores
     return placed
+
+
+def _is_devil(c: Container, threshold: float) -> bool:
+    """Workload.classify's rule: the class given, else the intensity against the threshold."""
+    return c.klass == "devil" if c.klass is not None else c.intensity_mpki >= threshold
 
 
 def _take_out(jobs: list[Job], names: frozenset[str]) -> tuple[list[Job], list[Container]]:

@@ -4,6 +4,7 @@ testbed's real one runs in tests/integration/test_power.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import re
@@ -276,3 +277,29 @@ def test_the_programs_sample_config_loads() -> None:
     sample = Path(__file__).resolve().parents[3] / "deploy" / "config" / "slurm-power.toml.sample"
     cfg = prog.load_config(sample)
     assert cfg["url"].startswith("https://") and cfg["key_file"].endswith(".toml")
+
+
+def test_resumed_nodes_of_a_job_whose_running_node_is_a_devil_are_placed_as_devils() -> None:
+    # rack r0: h2 (x, the job's running node, full), h4 (a devil z of another job), h6 (a
+    # turtle t); r1 is drained. The new node goes to r0 either way; as a turtle it ties
+    # and goes to h4 by name, as a devil (the class of x) D keeps it off h4
+    doc = cluster_doc(6, 8)
+    for h in doc["hosts"]:
+        h["state"] = "up" if h["rack"] == "r0" else "drain"
+    cluster = Cluster.model_validate(doc)
+
+    def job(name: str, mpki: float, cores: int) -> Job:
+        c = Container(name=name, cores=cores, memory_bytes=2**30, intensity_mpki=mpki)
+        return Job(name=f"j-{name}", containers=[c])
+
+    def snap(x_mpki: float) -> Snapshot:
+        jobs = [job("x", x_mpki, 8), job("z", 20.0, 2), job("t", 0.5, 2)]
+        where = Placement(assignment={"x": "h2", "z": "h4", "t": "h6"})
+        return Snapshot(cluster, Workload(devil_threshold_mpki=10.0, jobs=jobs), where)
+
+    opts: dict[str, Any] = {"powerable": frozenset(), "pending": {}, "pair_bytes_per_s": 1e6}
+    assert choose_hosts(snap(0.5), _ask("a"), W, job_nodes=["x"], **opts) == {"a": "h4"}
+    assert choose_hosts(snap(20.0), _ask("a"), W, job_nodes=["x"], **opts) == {"a": "h6"}
+    # a running node whose class is unknown lends none: placed as a turtle
+    unknown = dataclasses.replace(snap(20.0), unknown=frozenset({"x"}))
+    assert choose_hosts(unknown, _ask("a"), W, job_nodes=["x"], **opts) == {"a": "h4"}
