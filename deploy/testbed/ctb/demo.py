@@ -377,8 +377,9 @@ def new_stream_job(st: dict[str, Any], jobs: list[Job], out: Outcome) -> None:
     out.new_job_host = _host(job.nodes[0])
     with open(log, encoding="utf-8", errors="replace") as f:
         f.seek(mark)
-        # select/clavis reads the advice when it next tests a job, and says so once it
-        # has it (the first jobs ran before clavisd wrote any)
+        # select/clavis's own thread reads each new advice file within a fraction of a
+        # second and says so once it first has usable advice (the first jobs ran before
+        # clavisd wrote any)
         out.ctld_job_lines = [
             ln for ln in f.read().splitlines()
             if "select/clavis: advice" in ln or ("select/clavis" in ln and f"JobId={job.id}" in ln)
@@ -470,7 +471,8 @@ def scenario(say: Say = _say) -> Outcome:
             say(f"   {n['node']:<7} host {n['host']:<5} {n['contention']:<12} {n['node_class']}")
         for a in out.advice.get("apps", []):
             say(f"   application {a['app']}: {a['app_class']} ({a['jobs_seen']} decisions)")
-        say("   (slurmctld's select/clavis reads it when it next tests a job: step 5)")
+        say("   (select/clavis's thread in slurmctld reads each new one within 0.2 s; "
+            "its job tests use what it parsed: step 5)")
         say("\n== 5. A new streaming job of the same application, unhinted")
         with timed(out.seconds, "unhinted"):
             new_stream_job(st, jobs, out)
