@@ -471,8 +471,10 @@ def scenario(say: Say = _say) -> Outcome:
             say(f"   {n['node']:<7} host {n['host']:<5} {n['contention']:<12} {n['node_class']}")
         for a in out.advice.get("apps", []):
             say(f"   application {a['app']}: {a['app_class']} ({a['jobs_seen']} decisions)")
-        say("   (select/clavis's thread in slurmctld reads each new one within 0.2 s; "
-            "its job tests use what it parsed: step 5)")
+        say(
+            "   (select/clavis's thread in slurmctld reads each new one within 0.2 s; "
+            "its job tests use what it parsed: step 5)"
+        )
         say("\n== 5. A new streaming job of the same application, unhinted")
         with timed(out.seconds, "unhinted"):
             new_stream_job(st, jobs, out)
