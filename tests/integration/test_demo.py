@@ -233,7 +233,7 @@ PLAN_S = 240.0
 # runs in the suite; bench/migration/faults.py runs it 10 times
 CRASH_RUNS = int(os.environ.get("CLAVIS_FAULT_RUNS", "3"))
 # the crash case's jobs run this long: past the plan (about a minute), then they end
-CRASH_JOB_S = 100
+CRASH_JOB_S = 75
 
 
 def _plan(st: dict[str, Any], plan_id: int) -> dict[str, Any]:
