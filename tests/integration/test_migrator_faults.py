@@ -195,7 +195,10 @@ def test_link_cut_until_the_source_gives_up(
         assert wait_until(lambda: not any(p.is_file() for p in incoming.rglob("*")), 40), a.log(
             "r1h2"
         )
-        assert "1:0 host=r1h2 images deleted: deadline passed" in a.log("r1h2")
+        # the sweep logs once expire() has deleted them all: wait for the line too
+        assert wait_until(
+            lambda: "1:0 host=r1h2 images deleted: deadline passed" in a.log("r1h2"), 10
+        ), a.log("r1h2")
         no_images_left(a, ["r1h1", "r1h2"])
         job_ends_well(job, NODE, counter, 80)
     finally:
