@@ -301,11 +301,9 @@ def start_job(testbed: dict[str, Any], node: str, lines: int) -> tuple[str, Path
     return out.strip().split(";")[0], counter
 
 
-def job_ends_well(job: str, node: str, counter: Path, lines: int) -> None:
-    """Every line written once in order, one uninterrupted COMPLETED run in accounting
-    (-D: a requeued job would show twice), and the node takes new work."""
-    assert wait_until(lambda: count_lines(counter) >= lines, 90), count_lines(counter)
-    assert counter.read_text().split() == [str(i) for i in range(1, lines + 1)]
+def one_completed_run(job: str) -> None:
+    """Accounting shows the job as one uninterrupted COMPLETED 0:0 run (-D: a requeued
+    job would show twice)."""
     assert wait_until(
         lambda: (
             tb.slurm(["sacct", "-n", "-X", "-D", "-j", job, "-o", "State,ExitCode"]).split()
@@ -313,6 +311,14 @@ def job_ends_well(job: str, node: str, counter: Path, lines: int) -> None:
         ),
         60,
     ), tb.slurm(["sacct", "-D", "-j", job])
+
+
+def job_ends_well(job: str, node: str, counter: Path, lines: int) -> None:
+    """Every line written once in order, one uninterrupted COMPLETED run in accounting
+    (-D: a requeued job would show twice), and the node takes new work."""
+    assert wait_until(lambda: count_lines(counter) >= lines, 90), count_lines(counter)
+    assert counter.read_text().split() == [str(i) for i in range(1, lines + 1)]
+    one_completed_run(job)
     assert wait_until(
         lambda: tb.slurm(["sinfo", "-h", "-n", node, "-o", "%T"]).strip() == "idle", 30
     )

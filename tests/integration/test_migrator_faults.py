@@ -24,6 +24,7 @@ from .migrators import (
     job_ends_well,
     lxc_state,
     no_images_left,
+    one_completed_run,
     running_on,
     send_home,
     start_job,
@@ -280,13 +281,7 @@ def test_link_cut_during_the_restore_is_fenced(
         assert a.send(step(testbed, (1, 0), NODE, "r1h1", "r1h2"))["state"] == "rolled_back"
         no_images_left(a, ["r1h1", "r1h2"])
         assert wait_until(lambda: count_lines(counter) >= FENCE_LINES, 90)
-        assert wait_until(
-            lambda: (
-                tb.slurm(["sacct", "-n", "-X", "-D", "-j", job, "-o", "State,ExitCode"]).split()
-                == ["COMPLETED", "0:0"]
-            ),
-            60,
-        ), tb.slurm(["sacct", "-D", "-j", job])
+        one_completed_run(job)
         lines = counter.read_text().split()
         assert lines[-1] == str(FENCE_LINES), lines[-5:]
         assert _replayed_from_the_dump(lines, FENCE_LINES), lines
