@@ -315,3 +315,101 @@ def test_devils_of_lagging_jobs_take_room_from_calm_hosts() -> None:
     assert lower._CalmRoom.of(devils, usable).room(2) == (0, 0)
     assert lower.contention_floor(inst) == 8.0
     assert min(evaluate(inst, a).D for a in feasible_assignments(inst)) == 8.0
+
+
+def _least_split(n: int, cores: list[int], edges: dict[tuple[int, int], float], cap: int) -> float:
+    """The least weight of edges cut by any split of n containers into places of at most
+    ``cap`` cores, by enumerating every set partition (restricted growth strings)."""
+    best = math.inf
+    labels = [0] * n
+
+    def walk(i: int, parts: int, load: list[int]) -> None:
+        nonlocal best
+        if i == n:
+            best = min(best, sum(w for (a, b), w in edges.items() if labels[a] != labels[b]))
+            return
+        for p in range(parts + 1):
+            used = load[p] if p < parts else 0
+            if used + cores[i] > cap:
+                continue
+            labels[i] = p
+            if p < parts:
+                load[p] += cores[i]
+                walk(i + 1, parts, load)
+                load[p] -= cores[i]
+            else:
+                walk(i + 1, parts + 1, [*load, cores[i]])
+
+    walk(0, 0, [])
+    return best
+
+
+def _graph_instance(cores: list[int], edges: dict[tuple[int, int], float]) -> Instance:
+    names = [f"c{i}" for i in range(len(cores))]
+    flows = [{"src": names[a], "dst": names[b], "bytes_per_s": w} for (a, b), w in edges.items()]
+    job = {"name": "j", "containers": [container(n, c) for n, c in zip(names, cores, strict=True)]}
+    return instance([host("h0", cores=64)], [{**job, "traffic": flows}])
+
+
+def test_the_eigenvalue_cut_never_exceeds_the_least_split_and_sees_more() -> None:
+    # Random weighted graphs of 5-8 containers against every split into small places:
+    # the component bound (per-container count, q - 1 flows, Donath-Hoffman) holds.
+    rng = random.Random(7)
+    checked = above = 0
+    for _ in range(150):
+        n = rng.randint(5, 8)
+        cores = [rng.choice([1, 1, 2]) for _ in range(n)]
+        edges: dict[tuple[int, int], float] = {}
+        for a in range(n):  # a path keeps the graph connected; more edges at random
+            if a:
+                edges[(a - 1, a)] = float(rng.randint(1, 9))
+            for b in range(a + 2, n):
+                if rng.random() < 0.3:
+                    edges[(a, b)] = float(rng.randint(1, 9))
+        cap = rng.randint(max(cores), max(cores) + 3)
+        (comp,) = lower._build_components(_graph_instance(cores, edges))
+        got = lower._cut_flows([comp], cap)
+        least = _least_split(n, cores, edges, cap)
+        assert got <= least + 1e-9 * max(1.0, least), (n, cores, edges, cap)
+        checked += 1
+        spectral = lower._spectral(comp, cap)
+        others = lower._cut_flows([dataclasses.replace(comp, edges=())], cap)
+        above += spectral > others + 1e-9
+    assert checked == 150 and above > 10, above
+
+
+def test_a_stencil_pays_more_than_each_container_alone_says() -> None:
+    # A 4 x 4 five-point stencil of 1-core containers on 4-core hosts: four 2 x 2 blocks
+    # cut 8 flows, the least of any split. Each container alone keeps 3 of its 4
+    # neighbours (floor 2 flows), q - 1 = 3; the eigenvalues prove 4.69.
+    edges = {}
+    for r in range(4):
+        for c in range(4):
+            if c < 3:
+                edges[(4 * r + c, 4 * r + c + 1)] = 1.0
+            if r < 3:
+                edges[(4 * r + c, 4 * r + c + 4)] = 1.0
+    (comp,) = lower._build_components(_graph_instance([1] * 16, edges))
+    assert lower._cut_flows([dataclasses.replace(comp, edges=())], 4) == pytest.approx(3.0)
+    assert lower._cut_flows([comp], 4) == pytest.approx(4.686, abs=1e-3)
+    assert lower._cut_flows([comp], 4) <= 8.0
+
+
+def test_a_calm_devil_ring_pays_for_every_host_and_for_leaving_its_racks() -> None:
+    # Four 2-core devils in a ring, hosts of 4 cores that tolerate 2 devil cores: calm,
+    # each devil has a host to itself (all four flows cross hosts), and two racks of two
+    # hosts hold two devils each (two flows cross racks): C = 2w*1 + 2w*4 at least.
+    # traffic_floor alone (places of 4 cores, one rack holds the ring) says 2w*1.
+    w = 5.0
+    names = [f"d{i}" for i in range(4)]
+    ring = [{"src": names[i], "dst": names[(i + 1) % 4], "bytes_per_s": w} for i in range(4)]
+    hosts = [host(f"h{i}", f"r{i // 2}", cores=4, domains=2) for i in range(4)]
+    inst = instance(
+        hosts,
+        [{"name": "j", "containers": [container(n, 2, mpki=20) for n in names], "traffic": ring}],
+        links={"same_rack": 1.0, "cross_rack": 4.0},
+    )
+    assert lower.traffic_floor(inst) == pytest.approx(2 * w)
+    assert lower.calm_crossing(inst) == {0: pytest.approx(2 * w * 1 + 2 * w * 3)}
+    calm = [a for a in feasible_assignments(inst) if not straggling_jobs(inst, a)]
+    assert min(evaluate(inst, a).C for a in calm) == pytest.approx(2 * w * 1 + 2 * w * 4)
