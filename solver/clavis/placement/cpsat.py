@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
@@ -94,8 +95,10 @@ POOL_END_SHARE = 0.5
 # With a rack problem or a repack only the pool bound runs, for this share of the
 # budget at most: without a current placement it settles in a few rounds (0.02 s at
 # 1,024 hosts); a repack's hosts with residents are types of their own (M), which
-# takes about 12 rounds and 1 s at 1,024 hosts.
-POOL_BOUND_SHARE = 0.15
+# takes about 11 rounds and 4-5 s at 1,024 hosts on the 2-core bench machine. At 15%
+# a 10 s repack stopped it after 1.5 s (bound 0.212 for 0.264 settled, seed 1); the
+# search it waits for gained 0.0004 of F in those seconds.
+POOL_BOUND_SHARE = 0.45
 # Exchanging alike hosts' contents to bring jobs into racks (regroup.py) after it ends by
 # this share.
 REGROUP_END_SHARE = 0.6
@@ -371,12 +374,14 @@ def _host_search(
     limits: Bounds,
     best: tuple[Assignment, Score, Status],
     watch: Stopwatch,
+    between: Callable[[], None] | None = None,
 ) -> tuple[Assignment, Score, Status]:
     """The host search (hostlns.py) from the best placement so far, with the time the
     per-host turn left: on instances without a rack problem (too many patterns) the
     per-host model is often too large to build at all. Container exchanges
     (exchange.py) go first: they settle in well under a second and leave the search a
-    placement whose jobs are already gathered."""
+    placement whose jobs are already gathered. ``between`` runs after them (a repack's
+    pool bound: the exchanges gain most in the least time, the host search little)."""
     assignment, result, status = best
     left = options.time_limit * HOST_SEARCH_END_SHARE - watch.elapsed
     if status == "OPTIMAL" or left < MIN_HOST_SEARCH_SECONDS:
@@ -390,6 +395,8 @@ def _host_search(
             assignment, result, status = gathered, got, "FEASIBLE"
             best = assignment, result, status
             watch.offer(got.F)
+    if between is not None:
+        between()
     left = options.time_limit * HOST_SEARCH_END_SHARE - watch.elapsed
     if left < MIN_HOST_SEARCH_SECONDS:
         return best
@@ -424,6 +431,7 @@ def _pool_turn(
     start: Score | None,
     watch: Stopwatch,
     place: bool,
+    until: float | None = None,
 ) -> tuple[float, Assignment | None, Score | None]:
     """The pool bound (pool.py) raises the floor; with ``place`` (no rack problem) its
     patterns are filled job by job into a placement (pool.round_by_jobs), regrouped into
@@ -432,6 +440,7 @@ def _pool_turn(
         deadline = time.monotonic() + options.time_limit * POOL_END_SHARE - watch.elapsed
     else:  # a budget of its own: the warm start may already have passed that share
         deadline = time.monotonic() + options.time_limit * POOL_BOUND_SHARE
+        deadline = deadline if until is None else min(deadline, until)
     relaxed = pool.prepare(inst, weights, limits)
     if relaxed is None:
         return floor, hint, start
@@ -502,7 +511,12 @@ def solve(
     if start is not None:
         watch.offer(start.F)
     racks = rack.prepare(inst, weights, limits) if symmetric else None
-    if symmetric and not options.deterministic:
+    # The rounding knows no current placement: with M it moves nearly every container
+    # (1,024 hosts: M_n 0.93), so a repack keeps its time for the search and its pool
+    # bound waits for the exchanges (_host_search).
+    repack = inst.has_current and weights.M > 0
+    deferred = symmetric and not options.deterministic and racks is None and repack
+    if symmetric and not options.deterministic and not deferred:
         floor, hint, start = _pool_turn(
             inst,
             weights,
@@ -512,9 +526,7 @@ def solve(
             hint=hint,
             start=start,
             watch=watch,
-            # The rounding knows no current placement: with M it moves nearly every
-            # container (1,024 hosts: M_n 0.93), so a repack keeps its time for the search.
-            place=racks is None and not (inst.has_current and weights.M > 0),
+            place=racks is None and not repack,
         )
     # F itself as rack configurations (M and drained hosts kept) for the rack turns.
     exact = racks
@@ -567,9 +579,33 @@ def solve(
         trail = tuple(watch.trajectory)
         return PlacementResult(method, status, None, None, None, watch.elapsed, trail, tuple(notes))
     if symmetric and racks is None and not options.deterministic:
+        floors = [floor]
+
+        def pool_bound() -> None:
+            end = time.monotonic() + options.time_limit * HOST_SEARCH_END_SHARE - watch.elapsed
+            floors[0] = _pool_turn(
+                inst,
+                weights,
+                options,
+                limits=limits,
+                floor=floors[0],
+                hint=None,
+                start=None,
+                watch=watch,
+                place=False,
+                until=end,
+            )[0]
+
         assignment, result, status = _host_search(
-            inst, weights, options, limits=limits, best=(assignment, result, status), watch=watch
+            inst,
+            weights,
+            options,
+            limits=limits,
+            best=(assignment, result, status),
+            watch=watch,
+            between=pool_bound if deferred else None,
         )
+        floor = floors[0]
     if early is not None:
         bound = max(bound or 0.0, early.bound)
     elif proving and racks is not None and status != "OPTIMAL":
