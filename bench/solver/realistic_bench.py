@@ -219,7 +219,10 @@ def run_one(
     limit: float,
     tmp: Path,
     memory_cap_mib: float,
+    solver: Path | None = None,
 ) -> Run:
+    """One `clavis solve` in a child process; ``solver``: another checkout's solver
+    package, put first on PYTHONPATH (a baseline run, compare())."""
     out = tmp / "answer.json"
     out.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "clavis.cli", "solve", "--cluster", str(files["cluster"]),
@@ -231,7 +234,8 @@ def run_one(
     stdout, stderr = tmp / "stdout", tmp / "stderr"
     start = time.monotonic()
     with stdout.open("wb") as so, stderr.open("wb") as se:
-        child = subprocess.Popen(cmd, stdout=so, stderr=se, cwd=ROOT)
+        env = None if solver is None else {**os.environ, "PYTHONPATH": str(solver)}
+        child = subprocess.Popen(cmd, stdout=so, stderr=se, cwd=ROOT, env=env)
     # A run far past its limit, or above the memory cap, is killed (by its own pid): the
     # machine is shared, and past limit + tolerance the verdict is already "not in time".
     watch = _Watchdog(child, deadline=limit + tolerance(limit) + 30 + shape.containers / 2000,
@@ -544,8 +548,9 @@ def c_alone_lines(runs: list[Run], alone: list[Run], split: dict[str, dict[str, 
     return [
         "",
         "C alone (weights 0,0,1, cpsat 60 s): the best placement found for traffic alone "
-        "against the bound, whose C part is the traffic floor (per container, the heaviest "
-        "neighbours that fit beside it on the largest host). Were that placement optimal, "
+        "against the bound, whose C part is the traffic floor (per talking set, the most of "
+        "each container's heaviest neighbours that fit beside it on the largest host, q − 1 "
+        "flows and the eigenvalue bound; docs/objectives.md). Were that placement optimal, "
         "the weighted runs' proven gap could not go below w_C × (C alone − floor) / F: the "
         "bound's C part is the limit, not the search.",
         "",
@@ -554,6 +559,71 @@ def c_alone_lines(runs: list[Run], alone: list[Run], split: dict[str, dict[str, 
         "|---|---|---|---|---|---|---|",
         *rows,
     ]
+
+
+# --- the same runs with an earlier commit's solver, side by side -----------------------
+
+
+def compare(rev: str, tmp: Path, *, seed: int, limit: float, memory_cap_mib: float) -> list[Run]:
+    """cpsat on the realistic 1,024-host instances with the solver of ``rev`` and with this
+    checkout's, one after the other on each instance and limit (same machine, same
+    moment): the before and after of a change. ``rev``'s runs are named ``instance@rev``."""
+    tree = tmp / "baseline"
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), rev],
+                   check=True, capture_output=True)  # fmt: skip
+    runs: list[Run] = []
+    try:
+        for shape, todo in plan(False):
+            if shape.family != "realistic" or shape.hosts != 1024:
+                continue
+            files = write_instance(shape, tmp / shape.key)
+            weights = weights_for(shape, seed)
+            for method, planned in todo:
+                if method != "cpsat" or (limit and planned != limit):
+                    continue
+                for solver in (tree / "solver", None):
+                    r = run_one(shape, files, weights=weights, method=method, limit=planned,
+                                tmp=tmp, memory_cap_mib=memory_cap_mib, solver=solver)  # fmt: skip
+                    if solver is not None:
+                        r.instance = f"{r.instance}@{rev}"
+                    runs.append(r)
+                    print(f"{r.instance:48s} {planned:>4g}s F {r.F} gap {r.gap}",
+                          file=sys.stderr, flush=True)  # fmt: skip
+    finally:
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
+                       check=False, capture_output=True)  # fmt: skip
+    return runs
+
+
+def render_comparison(out: Path, md: Path) -> int:
+    stored = json.loads(out.read_text())
+    rev, head = stored["baseline"], stored["head"]
+    runs = [Run(**r) for r in stored["runs"]]
+    before = {(r.instance.split("@")[0], r.limit): r for r in runs if "@" in r.instance}
+    rows = []
+    for r in runs:
+        old = before.get((r.instance, r.limit))
+        if "@" in r.instance or old is None:
+            continue
+        cells = [f"{x:.4f}" if x is not None else "–" for x in (old.F, r.F, old.bound, r.bound)]
+        gaps = [f"{100 * x:.1f}%" if x is not None else "–" for x in (old.gap, r.gap)]
+        ratio = f"{r.F / old.F:.3f}" if r.F and old.F else "–"
+        rows.append(f"| {r.instance} | {r.limit:g} | {' | '.join(cells)} | {' | '.join(gaps)} "
+                    f"| {ratio} |")  # fmt: skip
+    section = "\n".join([
+        f"Before and after, side by side (`python bench/solver/realistic_bench.py --baseline "
+        f"{rev}`): cpsat on each realistic 1,024-host instance with the solver of {rev}, then "
+        f"with {head}'s, one after the other. {describe(stored['machine'])} Raw runs in "
+        f"`{stored['config']['out_name']}`.",
+        "",
+        f"| instance | limit s | F {rev} | F {head} | bound {rev} | bound {head} | gap {rev} "
+        f"| gap {head} | F ratio |",
+        "|---|---|---|---|---|---|---|---|---|",
+        *rows,
+    ])  # fmt: skip
+    write_section(md, "realistic-baseline", section)
+    print(section)
+    return 0
 
 
 def render(out: Path, md: Path) -> int:
@@ -585,11 +655,28 @@ def main() -> int:
     ap.add_argument("--render", action="store_true", help="re-render the docs section from --out")
     ap.add_argument("--c-alone", action="store_true",
                     help="only the C-alone runs, added to the stored results")  # fmt: skip
+    ap.add_argument("--baseline", metavar="REV",
+                    help="only cpsat at 1,024 hosts, with REV's solver and this one's, side "
+                         "by side (--limit: one limit only)")  # fmt: skip
     args = ap.parse_args()
     name = "realistic-quick.json" if args.quick else "realistic.json"
+    if args.baseline:
+        name = "realistic-baseline.json"
     out = Path(args.out) if args.out else ROOT / "bench/results" / name
     if args.render:
-        return render(out, Path(args.md))
+        return (render_comparison if args.baseline else render)(out, Path(args.md))
+    if args.baseline:
+        ask = ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"]
+        head = subprocess.run(ask, check=True, capture_output=True, text=True).stdout.strip()
+        start = time.monotonic()
+        with tempfile.TemporaryDirectory(prefix="clavis-baseline-") as tmpdir:
+            pairs = compare(args.baseline, Path(tmpdir), seed=args.seed, limit=args.limit,
+                            memory_cap_mib=args.memory_cap_gib * 1024)  # fmt: skip
+        write_json(out, {"machine": machine(), "baseline": args.baseline, "head": head,
+                         "config": {"out_name": str(out.relative_to(ROOT))},
+                         "elapsed_s": time.monotonic() - start,
+                         "runs": [asdict(r) for r in pairs]})  # fmt: skip
+        return 0 if args.no_md else render_comparison(out, Path(args.md))
     if args.c_alone:
         stored = json.loads(out.read_text())
         with tempfile.TemporaryDirectory(prefix="clavis-realistic-") as tmpdir:

@@ -350,8 +350,9 @@ _LAST: list[tuple[Instance, list[_Component]]] = []
 
 
 def _components(inst: Instance) -> list[_Component]:
-    if _LAST and _LAST[0][0] is inst:
-        return _LAST[0][1]
+    last = _LAST[0] if _LAST else None  # one read: another thread may replace it
+    if last is not None and last[0] is inst:
+        return last[1]
     out = _build_components(inst)
     _LAST[:] = [(inst, out)]
     return out
