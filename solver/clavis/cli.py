@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import threading
 import time
@@ -36,6 +37,7 @@ from clavis.report import host_table, score_table, solution_document, summary
 from clavis.service.replay import WALL_CLOCK_TOLERANCE, ReplayRecord
 
 EXIT_OK, EXIT_NO_SOLUTION, EXIT_BAD_INPUT = 0, 1, 2
+EXIT_BROKEN_PIPE = 128 + 13  # SIGPIPE: the reader of stdout went away
 
 
 def _weights(args: argparse.Namespace) -> Weights:
@@ -165,14 +167,17 @@ def cmd_solve(args: argparse.Namespace) -> int:
             result = place(args.method, inst, weights, options)
     except TooLargeError as exc:
         raise InputError(str(exc)) from exc
+    if out is not None and result.assignment is not None and result.score is not None:
+        # The answer goes to its file before anything is printed: a reader that stops
+        # early (`| head`) must not cost the placement a solve took minutes to find.
+        doc = solution_document(inst, result, weights, bounds(inst), options)
+        write_json_atomic(out, doc.model_dump(mode="json", by_alias=True))
     print(summary(result))
     if result.assignment is None or result.score is None:
         return EXIT_NO_SOLUTION
     print(host_table(inst, result.assignment))
     print(score_table(result.score, weights))
     if out is not None:
-        doc = solution_document(inst, result, weights, bounds(inst), options)
-        write_json_atomic(out, doc.model_dump(mode="json", by_alias=True))
         print(f"wrote {out}")
     return EXIT_OK
 
@@ -279,6 +284,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InputError as exc:
         print(f"clavis: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except BrokenPipeError:
+        # The reader of our output went away (`| head`): no traceback, and no second
+        # failure when Python flushes stdout at exit; 141 is what a shell reports for a
+        # command ended by SIGPIPE.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     return code
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from clavis.cli import SCHEMAS, _Ticker, main
+from clavis.realistic import RealisticSpec, generate
 
 ROOT = Path(__file__).resolve().parents[2]
 PP = ROOT / "examples" / "parapluie"
@@ -87,3 +88,25 @@ def test_long_solve_prints_a_heartbeat(
     err = capsys.readouterr().err
     assert code == 0
     assert "searching, best F" in err, err
+
+
+def test_a_reader_that_stops_early_costs_neither_the_answer_nor_a_traceback(
+    tmp_path: Path,
+) -> None:
+    # `clavis solve ... | head -1`: the reader closes the pipe after the summary line, and
+    # the host table of 256 hosts (beyond a pipe's 64 KiB) is still to come.
+    files = {p.stem: p for p in generate(RealisticSpec(hosts=256, seed=4)).write(tmp_path)}
+    out = tmp_path / "placement.json"
+    cmd = [sys.executable, "-m", "clavis.cli", "solve", "--cluster", str(files["cluster"]),
+           "--workload", str(files["workload"]), "--weights", "1,1,1", "--time-limit", "3",
+           "--quiet", "--out", str(out)]  # fmt: skip
+    child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+    assert child.stdout is not None and child.stderr is not None
+    first = child.stdout.readline().decode()
+    child.stdout.close()
+    err = child.stderr.read().decode()
+    code = child.wait(timeout=120)
+    assert first.startswith("method cpsat")
+    assert "Traceback" not in err, err
+    assert code == 141
+    assert json.loads(out.read_text())["solution"]["method"] == "cpsat"
