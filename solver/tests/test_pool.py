@@ -15,7 +15,7 @@ from clavis.model import Cluster, Workload
 from clavis.objectives import Weights, bounds, evaluate, score, straggling_jobs, violations
 from clavis.placement import lower, pool
 from clavis.placement.baselines import corerr, random_assignment
-from clavis.placement.exchange import _State, exchange
+from clavis.placement.exchange import State, exchange
 from clavis.placement.regroup import regroup
 from clavis.realistic import RealisticSpec, generate
 
@@ -125,7 +125,7 @@ def test_exchange_steps_change_f_as_the_evaluator_says_and_never_raise_it() -> N
         limits = bounds(inst)
         k, _ = limits.linear(w)
         # Each step's change of F, P, D, C and M at once, against the evaluator.
-        state = _State(inst, start, k)
+        state = State(inst, start, k)
         f = score(inst, start, w, limits).F
         # Devils among a few hosts, so hosts turn contended and calm again and again.
         devils = [ci for ci, c in enumerate(inst.containers) if c.devil]

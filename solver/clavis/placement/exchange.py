@@ -37,7 +37,7 @@ PARTNERS_TRIED = 6  # containers of its size on such a host it may swap with
 GAIN = 1e-12  # least decrease of F worth a step
 
 
-class _State:
+class State:
     """A placement with what F's change under a move needs: per host its load and
     devils, per job its devils on contended hosts, per all-to-all entry its members per
     host and rack."""
@@ -115,10 +115,10 @@ class _State:
             change += b * (then - now)
         for ui in self.entries[ci]:
             b = self.inst.uniform[ui].bytes_per_s
-            change += b * (self._paid(ui, ci, to) - self._paid(ui, ci, frm))
+            change += b * (self.paid(ui, ci, to) - self.paid(ui, ci, frm))
         return change
 
-    def _paid(self, ui: int, ci: int, x: int) -> float:
+    def paid(self, ui: int, ci: int, x: int) -> float:
         """What member ci of all-to-all entry ui pays per byte/s to the other members
         if it sits on host x (ci itself left out of the counts)."""
         frm = self.host_of[ci]
@@ -259,7 +259,7 @@ def exchange(
     deadline (time.monotonic) passes."""
     if k[2] <= 0 or (not inst.flows and not inst.uniform):
         return assignment
-    state = _State(inst, assignment, k)
+    state = State(inst, assignment, k)
     talking = [ci for ci in range(len(inst.containers)) if state.partners[ci] or state.entries[ci]]
     # Sweeps over every talking container, each followed by a worklist of the containers
     # next to a step, until a sweep finds none (a step elsewhere can also free the room
@@ -289,7 +289,7 @@ def exchange(
     return tuple(state.host_of)
 
 
-def _best_step(state: _State, ci: int) -> int | None:
+def _best_step(state: State, ci: int) -> int | None:
     """Makes the best F-lowering step of container ci towards the hosts it talks to
     most: a move into free cores, or a swap with a container of its size there. The
     container swapped with (-1 for a move), or None if it made no step."""
@@ -325,7 +325,7 @@ def _best_step(state: _State, ci: int) -> int | None:
 
 
 def _by_steps(
-    state: _State, ci: int, there: int, room: bool, others: list[int]
+    state: State, ci: int, there: int, room: bool, others: list[int]
 ) -> list[tuple[float, int]]:
     """F's change of moving container ci to host ``there`` (other -1) and of swapping it
     with each of ``others``, made and undone step by step (a devil may change which
@@ -341,7 +341,7 @@ def _by_steps(
 
 
 def _at_once(
-    state: _State, ci: int, there: int, room: bool, others: list[int]
+    state: State, ci: int, there: int, room: bool, others: list[int]
 ) -> list[tuple[float, int]]:
     """The same for a turtle, computed without moving anything: a turtle changes no
     host's contention, so D stays; a swap of equal cores leaves P as it was, and a turtle
