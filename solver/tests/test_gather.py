@@ -14,10 +14,9 @@ from clavis.placement.gather import gather
 from clavis.realistic import RealisticSpec, generate
 
 
-def _split_ring() -> Instance:
-    """Four hosts of 8 cores (tolerance 2 devil cores); a ring of four 2-core containers,
-    devil, turtle, devil, turtle, and a job of two 2-core devils without traffic."""
-    cluster = Cluster.model_validate(
+def _split_ring_cluster() -> Cluster:
+    """Four hosts of 8 cores in one rack, 2 domains (tolerance 2 devil cores)."""
+    return Cluster.model_validate(
         {
             "schema_version": 1,
             "hosts": [
@@ -32,6 +31,12 @@ def _split_ring() -> Instance:
             ],
         }
     )
+
+
+def _split_ring() -> Instance:
+    """Four hosts of 8 cores (tolerance 2 devil cores); a ring of four 2-core containers,
+    devil, turtle, devil, turtle, and a job of two 2-core devils without traffic."""
+    cluster = _split_ring_cluster()
     ring = [f"ring-c{i}" for i in range(4)]
     workload = Workload.model_validate(
         {
@@ -131,3 +136,45 @@ def test_gathering_never_raises_f_and_keeps_every_constraint() -> None:
                 assert after_f <= before_f + 1e-12, (seed, w)
                 lowered += after_f < before_f - 1e-9
     assert lowered >= 12, lowered  # not vacuous: whole jobs do move (18 of 24)
+
+
+def test_a_scattered_ring_is_laid_again_on_the_places_it_holds() -> None:
+    # Six 2-core turtles in a ring, every other one on h0 and h1, each beside a 2-core
+    # container of another job; h2 and h3 are full: all six flows cross. No host is
+    # empty or the ring's alone, so the job keeps its places (P, D and every host's load
+    # unchanged) and only the order changes: two flows cross.
+    ring = [f"c{i}" for i in range(6)]
+    workload = Workload.model_validate(
+        {
+            "schema_version": 1,
+            "jobs": [
+                {
+                    "name": "ring",
+                    "containers": [
+                        {"name": n, "cores": 2, "memory_bytes": 1 << 30, "intensity_mpki": 1.0}
+                        for n in ring
+                    ],
+                    "traffic": [
+                        {"src": ring[i], "dst": ring[(i + 1) % 6], "bytes_per_s": 1e6}
+                        for i in range(6)
+                    ],
+                },
+                {
+                    "name": "fill",
+                    "containers": [
+                        {"name": f"f{i}", "cores": 2 if i < 2 else 8, "memory_bytes": 1 << 30,
+                         "intensity_mpki": 1.0}
+                        for i in range(4)
+                    ],
+                },
+            ],
+        }
+    )  # fmt: skip
+    inst = build_instance(_split_ring_cluster(), workload)
+    scattered = (0, 1, 0, 1, 0, 1, 0, 1, 2, 3)
+    k, _ = bounds(inst).linear(Weights(1, 1, 1))
+    after = gather(inst, scattered, k=k, deadline=time.monotonic() + 5)
+    assert not violations(inst, after)
+    assert evaluate(inst, scattered).C == 6 * 1e6
+    assert evaluate(inst, after).C == 2 * 1e6
+    assert sorted(after[:6]) == sorted(scattered[:6]) and after[6:] == scattered[6:]

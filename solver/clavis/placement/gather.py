@@ -13,9 +13,11 @@ step of one container lowers F: the job gathers only when all of it moves at onc
 So, job by job, most slow-link traffic first: take the job off, lay its containers in
 region-growing order (locality.py, so rings and stencils keep their neighbours) on the
 hosts this leaves empty (those it ran on alone, and the unused ones), rack by rack,
-roomiest rack first and largest hosts first, and keep the move if F goes down. Two
-layouts: dense (each host filled) and, for a job with devils, calm (a new host before a
-second devil container would make one contend: the job may stop lagging). F's change is
+roomiest rack first and largest hosts first, and keep the move if F goes down. Three
+layouts: dense (each host filled), for a job with devils calm (a new host before a
+second devil container would make one contend: the job may stop lagging), and in place
+(the places the job holds now, filled in that order: P and D stay, only C and M change;
+at 4,096 hosts, where power weighs most and new hosts do not pay, this one moves). F's change is
 computed exactly, step by step, by exchange.State (P, D under the straggler rule, C, M),
 and a layout that does not pay is stepped back.
 """
@@ -23,7 +25,7 @@ and a layout that does not pay is stepped back.
 from __future__ import annotations
 
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -143,6 +145,45 @@ def _layout(
     return out
 
 
+def _footprint(state: State, job: int) -> list[int]:
+    """The hosts job runs on, rack by rack (most of its cores first), its largest share
+    first."""
+    inst = state.inst
+    cores: Counter[int] = Counter()
+    for ci in inst.job_containers[job]:
+        cores[state.host_of[ci]] += inst.containers[ci].cores
+    per_rack: Counter[int] = Counter()
+    for hi, n in cores.items():
+        per_rack[inst.hosts[hi].rack] += n
+    return sorted(
+        cores, key=lambda hi: (-per_rack[inst.hosts[hi].rack], inst.hosts[hi].rack, -cores[hi], hi)
+    )
+
+
+def _in_place(state: State, members: list[int]) -> list[tuple[int, int]]:
+    """The job's containers laid again, in the order given, on the places it holds now:
+    each host keeps as many of the job's containers of each class and size as it has,
+    so P and D stay as they are and only which container sits where changes. Hosts
+    are filled in turn (_footprint), so a ring or a stencil grown by locality.order
+    keeps its neighbours together where the job's first placement scattered them."""
+    inst = state.inst
+    job = inst.containers[members[0]].job
+    hosts = _footprint(state, job)
+    slots: dict[tuple[bool, int], list[int]] = defaultdict(list)  # kind -> a host per place
+    for hi in hosts:
+        for ci in sorted(state.on[hi]):
+            c = inst.containers[ci]
+            if c.job == job:
+                slots[(c.devil, c.cores)].append(hi)
+    taken: Counter[tuple[bool, int]] = Counter()
+    out = []
+    for ci in members:
+        kind = (inst.containers[ci].devil, inst.containers[ci].cores)
+        out.append((ci, slots[kind][taken[kind]]))
+        taken[kind] += 1
+    return out
+
+
 def _move(state: State, moves: list[tuple[int, int]]) -> tuple[float, list[tuple[int, int]]]:
     """Makes the moves; F's change and the moves that undo them, in order."""
     change, back = 0.0, []
@@ -175,17 +216,18 @@ def gather(
         if time.monotonic() >= deadline:
             break
         hosts = room.for_job(inst.job_containers[job])
-        if not hosts:
-            continue
-        size = inst.hosts[hosts[0]].cores
+        size = max(inst.hosts[hi].cores for hi in hosts[:1] or _footprint(state, job))
         if size not in keys:
             keys[size] = locality.order(inst, size)
         key = keys[size]
         members = sorted(inst.job_containers[job], key=lambda ci: key[ci])
-        devils = any(inst.containers[ci].devil for ci in members)
+        layouts: list[list[tuple[int, int]] | None] = [_in_place(state, members)]
+        if hosts:
+            layouts.append(_layout(inst, members, hosts, calm=False))
+            if any(inst.containers[ci].devil for ci in members):
+                layouts.append(_layout(inst, members, hosts, calm=True))
         best: tuple[float, list[tuple[int, int]]] | None = None
-        for calm in (False, True) if devils else (False,):
-            moves = _layout(inst, members, hosts, calm=calm)
+        for moves in layouts:
             if moves is None:
                 continue
             change, back = _move(state, moves)
