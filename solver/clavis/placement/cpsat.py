@@ -83,8 +83,10 @@ PROBE_MAX_VARS = 40_000
 HOST_SEARCH_END_SHARE = 0.95
 # Moving whole jobs onto hosts of their own (gather.py), then container exchanges
 # (exchange.py), before the host search take at most this share of the time it has.
-# Gathering takes 0.15-0.2 s at 1,024 hosts.
 EXCHANGE_SHARE = 0.25
+# Of that time, gathering takes this share at most (0.15-0.3 s at 1,024 hosts, 13 s for
+# every job at 16,384, where the exchanges need all the time they get).
+GATHER_SHARE = 0.4
 MIN_HOST_SEARCH_SECONDS = 0.2
 # The warm start's greedy sweep ends by this share of the budget (it is cut short only
 # on very large instances: a candidate costs a pass over every container).
@@ -390,8 +392,10 @@ def _host_search(
     if status == "OPTIMAL" or left < MIN_HOST_SEARCH_SECONDS:
         return best
     k, _ = limits.linear(weights)
-    until = time.monotonic() + left * EXCHANGE_SHARE
-    gathered = exchange(inst, gather(inst, assignment, k=k, deadline=until), k=k, deadline=until)
+    now = time.monotonic()
+    until = now + left * EXCHANGE_SHARE
+    moved = gather(inst, assignment, k=k, deadline=now + left * EXCHANGE_SHARE * GATHER_SHARE)
+    gathered = exchange(inst, moved, k=k, deadline=until)
     if gathered != assignment and not violations(inst, gathered):
         got = score(inst, gathered, weights, limits)
         if got.F < result.F:

@@ -58,40 +58,55 @@ class _Room:
     def __init__(self, state: State) -> None:
         self.state = state
         self.by_rack: dict[int, set[int]] = defaultdict(set)
+        self.cores: Counter[int] = Counter()  # per rack, the cores of its empty hosts
+        self.ranked: dict[int, list[int]] = {}  # per rack, its empty hosts in order
         for hi, h in enumerate(state.inst.hosts):
             if h.state == "up" and not state.on[hi]:
                 self.by_rack[h.rack].add(hi)
+                self.cores[h.rack] += h.cores
 
     def refresh(self, hosts: set[int]) -> None:
         for hi in hosts:
             h = self.state.inst.hosts[hi]
             if h.state != "up":
                 continue
-            if self.state.on[hi]:
-                self.by_rack[h.rack].discard(hi)
-            else:
-                self.by_rack[h.rack].add(hi)
+            empty = not self.state.on[hi]
+            if empty != (hi in self.by_rack[h.rack]):
+                self.ranked.pop(h.rack, None)
+                self.cores[h.rack] += h.cores if empty else -h.cores
+                (self.by_rack[h.rack].add if empty else self.by_rack[h.rack].discard)(hi)
+
+    def _in_order(self, hosts: set[int]) -> list[int]:
+        inst = self.state.inst
+        return sorted(hosts, key=lambda hi: (-inst.hosts[hi].cores, _rate(inst, hi), hi))
 
     def for_job(self, members: Sequence[int]) -> list[int]:
         """Hosts the job may take: the empty ones and those it runs on alone, rack by
-        rack (most cores first), largest hosts first."""
+        rack (most cores first), largest hosts first; racks only until they hold the
+        job's cores and a host per container (no layout needs more)."""
         inst, state = self.state.inst, self.state
         mine = set(members)
         extra: dict[int, set[int]] = defaultdict(set)
         for hi in {state.host_of[m] for m in members}:
             if inst.hosts[hi].state == "up" and state.on[hi] <= mine:
                 extra[inst.hosts[hi].rack].add(hi)
-        racks = set(self.by_rack) | set(extra)
-
-        def hosts_of(r: int) -> set[int]:
-            return self.by_rack.get(r, set()) | extra.get(r, set())
-
-        def cores(r: int) -> int:
-            return sum(inst.hosts[hi].cores for hi in hosts_of(r))
-
+        cores = Counter(self.cores)
+        for r, hs in extra.items():
+            cores[r] += sum(inst.hosts[hi].cores for hi in hs)
+        need = sum(inst.containers[ci].cores for ci in members)
         out: list[int] = []
-        for r in sorted(racks, key=lambda r: (-cores(r), r)):
-            out += sorted(hosts_of(r), key=lambda hi: (-inst.hosts[hi].cores, _rate(inst, hi), hi))
+        got = 0
+        for r in sorted(cores, key=lambda r: (-cores[r], r)):
+            if got >= need and len(out) >= len(members):
+                break
+            if r in extra:
+                hosts = self._in_order(self.by_rack[r] | extra[r])
+            else:
+                if r not in self.ranked:
+                    self.ranked[r] = self._in_order(self.by_rack[r])
+                hosts = self.ranked[r]
+            out += hosts
+            got += cores[r]
         return out
 
 
