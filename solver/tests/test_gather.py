@@ -6,7 +6,7 @@ import random
 import time
 
 from clavis.instance import Instance, build_instance
-from clavis.model import Cluster, Workload
+from clavis.model import Cluster, Placement, Workload
 from clavis.objectives import Weights, bounds, evaluate, score, straggling_jobs, violations
 from clavis.placement.baselines import random_assignment
 from clavis.placement.exchange import exchange
@@ -122,11 +122,15 @@ def test_gathering_never_raises_f_and_keeps_every_constraint() -> None:
         rng = random.Random(seed)
         start = random_assignment(inst, rng)
         assert start is not None
+        # A repack starts where the containers are, drained hosts' residents included.
+        here = tuple(hi for hi in inst.current if hi is not None)
+        starts = [start, here] if len(here) == len(inst.containers) else [start]
         for w in (Weights(6, 10, 4, 1), Weights(1, 1, 10, 1)):
             limits = bounds(inst)
             k, _ = limits.linear(w)
-            # From a random placement and from one already improved by exchanges.
-            for placed in (start, exchange(inst, start, k=k, deadline=time.monotonic() + 5)):
+            # From a random placement, the current one and one improved by exchanges.
+            exchanged = exchange(inst, start, k=k, deadline=time.monotonic() + 5)
+            for placed in (*starts, exchanged):
                 after = gather(inst, placed, k=k, deadline=time.monotonic() + 5)
                 assert not violations(inst, after), seed
                 before_f, after_f = (
@@ -178,3 +182,47 @@ def test_a_scattered_ring_is_laid_again_on_the_places_it_holds() -> None:
     assert evaluate(inst, scattered).C == 6 * 1e6
     assert evaluate(inst, after).C == 2 * 1e6
     assert sorted(after[:6]) == sorted(scattered[:6]) and after[6:] == scattered[6:]
+
+
+def test_what_a_job_runs_on_a_drained_host_stays_there() -> None:
+    # A ring of six 2-core turtles: three on drained h0 (where they run now), three on
+    # h1; h2 and h3 are full. Laid again in place, a neighbour from h1 would take a
+    # place on h0, which takes no new container: those three stay where they are.
+    ring = [f"c{i}" for i in range(6)]
+    raw = _split_ring_cluster().model_dump(mode="json")
+    raw["hosts"][0]["state"] = "drain"
+    workload = Workload.model_validate(
+        {
+            "schema_version": 1,
+            "jobs": [
+                {
+                    "name": "ring",
+                    "containers": [
+                        {"name": n, "cores": 2, "memory_bytes": 1 << 30, "intensity_mpki": 1.0}
+                        for n in ring
+                    ],
+                    "traffic": [
+                        {"src": ring[i], "dst": ring[(i + 1) % 6], "bytes_per_s": 1e6}
+                        for i in range(6)
+                    ],
+                },
+                {
+                    "name": "fill",
+                    "containers": [
+                        {"name": f"f{i}", "cores": 8, "memory_bytes": 1 << 30,
+                         "intensity_mpki": 1.0}
+                        for i in range(2)
+                    ],
+                },
+            ],
+        }
+    )  # fmt: skip
+    here = (0, 1, 0, 1, 0, 1, 2, 3)
+    names = [f"h{i}" for i in range(4)]
+    containers = [*ring, "f0", "f1"]
+    current = Placement(assignment={c: names[h] for c, h in zip(containers, here, strict=True)})
+    inst = build_instance(Cluster.model_validate(raw), workload, current)
+    k, _ = bounds(inst).linear(Weights(1, 1, 10, 0))
+    after = gather(inst, here, k=k, deadline=time.monotonic() + 5)
+    assert not violations(inst, after)
+    assert [after[ci] for ci in (0, 2, 4)] == [0, 0, 0]

@@ -16,8 +16,9 @@ hosts this leaves empty (those it ran on alone, and the unused ones), rack by ra
 roomiest rack first and largest hosts first, and keep the move if F goes down. Three
 layouts: dense (each host filled), for a job with devils calm (a new host before a
 second devil container would make one contend: the job may stop lagging), and in place
-(the places the job holds now, filled in that order: P and D stay, only C and M change;
-at 4,096 hosts, where power weighs most and new hosts do not pay, this one moves). F's change is
+(the places the job holds now on up hosts, filled in that order: P and D stay, only C
+and M change; at 4,096 hosts, where power weighs most and new hosts do not pay, this one
+moves). What a job runs on a drained host stays there: that host takes no other. F's change is
 computed exactly, step by step, by exchange.State (P, D under the straggler rule, C, M),
 and a layout that does not pay is stepped back.
 """
@@ -183,7 +184,8 @@ def _in_place(state: State, members: list[int]) -> list[tuple[int, int]]:
     keeps its neighbours together where the job's first placement scattered them."""
     inst = state.inst
     job = inst.containers[members[0]].job
-    hosts = _footprint(state, job)
+    # A drained host keeps only its own residents: what the job runs there stays.
+    hosts = [hi for hi in _footprint(state, job) if inst.hosts[hi].state == "up"]
     slots: dict[tuple[bool, int], list[int]] = defaultdict(list)  # kind -> a host per place
     for hi in hosts:
         for ci in sorted(state.on[hi]):
@@ -193,6 +195,8 @@ def _in_place(state: State, members: list[int]) -> list[tuple[int, int]]:
     taken: Counter[tuple[bool, int]] = Counter()
     out = []
     for ci in members:
+        if inst.hosts[state.host_of[ci]].state != "up":
+            continue
         kind = (inst.containers[ci].devil, inst.containers[ci].cores)
         out.append((ci, slots[kind][taken[kind]]))
         taken[kind] += 1
