@@ -393,8 +393,9 @@ def _host_search(
     per-host model is often too large to build at all. Whole jobs moved onto hosts of
     their own (gather.py) and container exchanges (exchange.py) go first: they settle in
     well under a second and leave the search a placement whose jobs are already
-    gathered. ``between`` runs after them (a repack's
-    pool bound: the exchanges gain most in the least time, the host search little)."""
+    gathered. ``between`` runs after them (a repack's pool bound: the exchanges gain
+    most in the least time, the host search little), then lightly loaded hosts are
+    emptied (consolidate.py)."""
     assignment, result, status = best
     left = options.time_limit * HOST_SEARCH_END_SHARE - watch.elapsed
     if status == "OPTIMAL" or left < MIN_HOST_SEARCH_SECONDS:
