@@ -144,8 +144,10 @@ def test_exchange_steps_change_f_as_the_evaluator_says_and_never_raise_it() -> N
             to = rng.choice(room)
             turtle = not inst.containers[ci].devil
             predicted = state.move_change(ci, to) if turtle else None
+            tried = state.tried(ci, to)  # leaves the placement as it was
             change = state.step(ci, to)
             steps += 1
+            assert abs(tried - change) < 1e-9, (seed, ci, to)
             if predicted is not None:  # a turtle's change without moving it
                 assert abs(predicted - change) < 1e-9, (seed, ci, to)
             placed = tuple(state.host_of)

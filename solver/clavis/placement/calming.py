@@ -29,6 +29,7 @@ from clavis.objectives import (
     score,
     straggling_jobs,
 )
+from clavis.placement.fathom import watts_per_core
 
 PASSES = 2  # over the lagging jobs at most
 
@@ -36,12 +37,7 @@ PASSES = 2  # over the lagging jobs at most
 def _order(inst: Instance) -> list[int]:
     """Up hosts, cheapest watts per core of a full host first."""
     up = [h for h, spec in enumerate(inst.hosts) if spec.state == "up"]
-
-    def rate(h: int) -> float:
-        spec = inst.hosts[h]
-        return (spec.idle_w - spec.empty_w) / spec.cores + spec.slope_w
-
-    return sorted(up, key=lambda h: (rate(h), h))
+    return sorted(up, key=lambda h: (watts_per_core(inst.hosts[h]), h))
 
 
 def improve(

@@ -56,7 +56,7 @@ class _Free:
 
 
 def _best_home(state: State, free: _Free, ci: int, frm: int) -> int | None:
-    """The host other than frm where moving ci changes F least (tried and stepped back)."""
+    """The host other than frm where moving ci changes F least."""
     inst = state.inst
     cores = inst.containers[ci].cores
     near = [hi for hi in state.near(ci) if hi != frm and state.free[hi] >= cores]
@@ -65,8 +65,7 @@ def _best_home(state: State, free: _Free, ci: int, frm: int) -> int | None:
     for hi in dict.fromkeys(near + fits):
         if not inst.allowed(ci, hi):
             continue
-        change = state.step(ci, hi)
-        state.step(ci, frm)
+        change = state.tried(ci, hi)
         if best is None or change < best[0]:
             best = (change, hi)
     return None if best is None else best[1]

@@ -396,13 +396,12 @@ def _host_search(
     gathered. ``between`` runs after them (a repack's pool bound: the exchanges gain
     most in the least time, the host search little), then lightly loaded hosts are
     emptied (consolidate.py)."""
-    assignment, result, status = best
     left = options.time_limit * HOST_SEARCH_END_SHARE - watch.elapsed
-    if status == "OPTIMAL" or left < MIN_HOST_SEARCH_SECONDS:
+    if best[2] == "OPTIMAL" or left < MIN_HOST_SEARCH_SECONDS:
         return best
     k, _ = limits.linear(weights)
     now, window = time.monotonic(), left * EXCHANGE_SHARE
-    gathered = gather(inst, assignment, k=k, deadline=now + window * GATHER_END)
+    gathered = gather(inst, best[0], k=k, deadline=now + window * GATHER_END)
     gathered = exchange(inst, gathered, k=k, deadline=now + window)
     best = _better(inst, weights, limits, best, gathered, watch=watch)
     if between is not None:
@@ -410,7 +409,6 @@ def _host_search(
     left = options.time_limit * HOST_SEARCH_END_SHARE - watch.elapsed
     emptied = consolidate(inst, best[0], k=k, deadline=time.monotonic() + left * EMPTYING_SHARE)
     best = _better(inst, weights, limits, best, emptied, watch=watch)
-    assignment, result, status = best
     left = options.time_limit * HOST_SEARCH_END_SHARE - watch.elapsed
     if left < MIN_HOST_SEARCH_SECONDS:
         return best
@@ -422,16 +420,12 @@ def _host_search(
         inst,
         weights,
         limits,
-        assignment,
+        best[0],
         deadline=time.monotonic() + left,
         seed=options.seed,
         found=offer,
     )
-    if better is not None and not violations(inst, better):
-        got = score(inst, better, weights, limits)
-        if got.F < result.F:
-            return better, got, "FEASIBLE"
-    return best
+    return best if better is None else _better(inst, weights, limits, best, better, watch=watch)
 
 
 def _better(

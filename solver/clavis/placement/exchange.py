@@ -149,6 +149,17 @@ class State:
             + self.k_m * self.moved_change(ci, to)
         )
 
+    def tried(self, ci: int, to: int) -> float:
+        """F's change if container ci moved to host ``to``, nothing left moved: computed
+        for a turtle (move_change), made and undone for a devil (it may change which
+        hosts contend)."""
+        if not self.inst.containers[ci].devil:
+            return self.move_change(ci, to)
+        frm = self.host_of[ci]
+        change = self.step(ci, to)
+        self.step(ci, frm)
+        return change
+
     def swap_change(self, a: int, b: int) -> float:
         """F's change if turtles a and b, of equal cores, swapped hosts (nothing is
         moved). Each one's traffic change counts the other where it is now, so their own

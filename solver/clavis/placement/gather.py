@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from clavis.instance import Assignment, ContainerSpec, Instance
 from clavis.placement import locality
 from clavis.placement.exchange import GAIN, State
+from clavis.placement.fathom import watts_per_core
 
 MAX_JOBS = 5_000  # jobs tried per call at most, whatever the time limit
 
@@ -79,7 +80,9 @@ class _Room:
 
     def _in_order(self, hosts: set[int]) -> list[int]:
         inst = self.state.inst
-        return sorted(hosts, key=lambda hi: (-inst.hosts[hi].cores, _rate(inst, hi), hi))
+        return sorted(
+            hosts, key=lambda hi: (-inst.hosts[hi].cores, watts_per_core(inst.hosts[hi]), hi)
+        )
 
     def for_job(self, members: Sequence[int]) -> list[int]:
         """Hosts the job may take: the empty ones and those it runs on alone, rack by
@@ -109,11 +112,6 @@ class _Room:
             out += hosts
             got += cores[r]
         return out
-
-
-def _rate(inst: Instance, hi: int) -> float:
-    h = inst.hosts[hi]
-    return (h.idle_w - h.empty_w) / h.cores + h.slope_w
 
 
 @dataclass
@@ -176,16 +174,17 @@ def _footprint(state: State, job: int) -> list[int]:
     )
 
 
-def _in_place(state: State, members: list[int]) -> list[tuple[int, int]]:
+def _in_place(state: State, members: list[int], footprint: list[int]) -> list[tuple[int, int]]:
     """The job's containers laid again, in the order given, on the places it holds now:
     each host keeps as many of the job's containers of each class and size as it has,
     so P and D stay as they are and only which container sits where changes. Hosts
     are filled in turn (_footprint), so a ring or a stencil grown by locality.order
-    keeps its neighbours together where the job's first placement scattered them."""
+    keeps its neighbours together where the job's first placement scattered them.
+    ``footprint``: _footprint of the job."""
     inst = state.inst
     job = inst.containers[members[0]].job
     # A drained host keeps only its own residents: what the job runs there stays.
-    hosts = [hi for hi in _footprint(state, job) if inst.hosts[hi].state == "up"]
+    hosts = [hi for hi in footprint if inst.hosts[hi].state == "up"]
     slots: dict[tuple[bool, int], list[int]] = defaultdict(list)  # kind -> a host per place
     for hi in hosts:
         for ci in sorted(state.on[hi]):
@@ -235,12 +234,14 @@ def gather(
         if time.monotonic() >= deadline:
             break
         hosts = room.for_job(inst.job_containers[job])
-        size = max(inst.hosts[hi].cores for hi in hosts[:1] or _footprint(state, job))
+        footprint = _footprint(state, job)
+        # Regions the size of the first host a layout fills, or of the job's largest.
+        size = max(inst.hosts[hi].cores for hi in hosts[:1] or footprint)
         if size not in keys:
             keys[size] = locality.order(inst, size)
         key = keys[size]
         members = sorted(inst.job_containers[job], key=lambda ci: key[ci])
-        layouts: list[list[tuple[int, int]] | None] = [_in_place(state, members)]
+        layouts: list[list[tuple[int, int]] | None] = [_in_place(state, members, footprint)]
         if hosts:
             layouts.append(_layout(inst, members, hosts, calm=False))
             if any(inst.containers[ci].devil for ci in members):
