@@ -293,6 +293,7 @@ def start_job(testbed: dict[str, Any], node: str, lines: int) -> tuple[str, Path
     """A batch job on ``node`` writing one line every 0.1 s to a shared file."""
     # a file of its own: the job of a test that failed may still be writing to its file
     counter = Path(testbed["shared_dir"]) / f"migrator-job-{time.time_ns()}.count"
+    tb.nodes_usable([node])
     out = tb.slurm(
         ["sbatch", "--parsable", "-w", node, "-N", "1", "-o", "/tmp/migrator-job.out",
          "--wrap", f"for i in $(seq 1 {lines}); do echo $i >> {counter}; sleep 0.1; done"]

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -206,3 +207,43 @@ def live_pids(pids: list[int]) -> list[int]:
 
 def is_root() -> bool:
     return os.geteuid() == 0
+
+
+# what sinfo -h -o %T prints for a node that takes jobs (no DOWN, DRAIN, NOT_RESPONDING
+# or POWER flag: those print as other words or with a '*', '~', '#' or '%' suffix)
+_USABLE = {"idle", "mixed", "allocated"}
+
+
+def node_states(names: list[str]) -> dict[str, str]:
+    out = slurm(["sinfo", "-N", "-h", "-n", ",".join(names), "-o", "%N %T"])
+    return dict(line.split() for line in out.splitlines() if line.strip())
+
+
+def nodes_usable(names: list[str], timeout: float = 120.0) -> None:
+    """Wait, bounded, until slurmctld would start a job on every node of ``names``.
+
+    An earlier test may have left one of them briefly out of service (a cut link or a
+    powered-off host: slurmctld marks it NOT_RESPONDING and keeps it so until its next
+    ping answers). The failure names each node's state and slurmctld's lines about it."""
+    deadline = time.monotonic() + timeout
+    states = node_states(names)
+    while time.monotonic() < deadline:
+        if all(states.get(n) in _USABLE for n in names):
+            return
+        time.sleep(1.0)
+        states = node_states(names)
+    if all(states.get(n) in _USABLE for n in names):
+        return
+    shown = [slurm(["scontrol", "show", "node", n]) for n in names if states.get(n) not in _USABLE]
+    log = RUN_DIR / "log" / "slurmctld.log"
+    said = [
+        line
+        for line in (log.read_text(errors="replace").splitlines() if log.exists() else [])
+        if any(n in line for n in names) and "select/" not in line
+    ]
+    raise AssertionError(
+        f"nodes not usable after {timeout:.0f} s: {states}\n"
+        + "\n".join(shown)
+        + "\n"
+        + "\n".join(said[-40:])
+    )

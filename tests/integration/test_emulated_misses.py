@@ -84,6 +84,7 @@ def test_a_devil_job_reads_high_and_near_zero_when_stopped(
     pid = 0
     try:
         profiles.write_text(PROFILE)  # the test declares its program's profile
+        tb.nodes_usable([NODE])
         out = tb.slurm(["sbatch", "--parsable", "-w", NODE, "-o", "/dev/null", "-t", "3",
                         "--wrap", f"exec {exe} >/dev/null"])  # fmt: skip
         job = out.strip().split(";")[0]

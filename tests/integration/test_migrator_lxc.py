@@ -189,6 +189,7 @@ def test_a_restore_that_loses_the_jobs_tcp_connection_rolls_back(
     try:
         a.start("r1h2", 3, lxc_options='restore_options = ["tcp-close", "mntns-compat-mode"]\n')
         assert wait_until(lambda: f":{PEER_PORT} " in tb.run(["ss", "-N", "ctb-core", "-ltn"]), 10)
+        tb.nodes_usable([NODE])
         job = tb.slurm(
             ["sbatch", "--parsable", "-w", NODE, "-N", "1", "-o", "/dev/null", "--wrap",
              f"python3 {shared}/tcp_peer.py client {head} {PEER_PORT} 20; echo $? > {rc_file}"]

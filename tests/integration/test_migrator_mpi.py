@@ -52,6 +52,7 @@ def _submit(shared: Path) -> tuple[str, Path, Path]:
     script = shared / "mpi-ring.sh"
     # -iface eth0: hydra uses the container's own rack address (TESTBED-NOTES); the
     # bound only keeps a hang from lasting until the time limit
+    tb.nodes_usable([MOVED, OTHER])
     script.write_text(
         "#!/bin/bash\n"
         f"timeout 150 mpiexec -iface eth0 -n 2 {exe} {ROUNDS} {BYTES} {PAUSE_MS} {progress}\n"

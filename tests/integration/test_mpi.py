@@ -66,6 +66,7 @@ def _submit(exe: Path, nodes: list[str], tag: str) -> str:
     )
     out = shared / f"job-{tag}.out"
     out.unlink(missing_ok=True)
+    tb.nodes_usable(nodes)
     tb.slurm(
         ["sbatch", "--wait", "-N", str(len(nodes)), "-n", str(len(nodes)),
          "-w", ",".join(nodes), "-D", str(shared), "-o", str(out), "-t", "5", str(script)],

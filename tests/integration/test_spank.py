@@ -71,6 +71,7 @@ def sbatch(work: Path, node: str, body: str, *opts: str) -> tuple[int, str]:
     script = work / f"job-{node}-{time.monotonic_ns()}.sh"
     script.write_text("#!/bin/bash\n" + body)
     out = script.with_suffix(".out")
+    tb.nodes_usable([node])
     jid = tb.slurm(
         ["sbatch", "--parsable", "--wait", "-w", node, "-D", str(work), "-o", str(out),
          "-t", "2", *opts, str(script)],
