@@ -1,116 +1,159 @@
 """Swap what two alike hosts run to bring talking containers into one rack (issue 12).
 
-Two up hosts with the same cores, tolerance and power model are interchangeable for P and
-D: exchanging their whole contents changes only C (the contents change racks) and M. The
-pool rounding (pool.py) fixes what each host runs but knows nothing of racks, so its
-placements pay slow-link traffic a rack-aware exchange of contents removes at no cost in
-power or contention. For a content A on host a, W_A[r] is its traffic with containers in
-rack r on other hosts; A costs cross_rack * total - (cross_rack - same_rack) * W_A[rack],
-so moving A from rack ra to rb and B back changes C by
-(cross - same) * (W_A[ra] - W_A[rb] + W_B[rb] - W_B[ra] + 2 * w_AB), where w_AB, the
-traffic between A and B, stays between two hosts of those two racks.
+Two up hosts with the same cores, devil tolerance and power model are interchangeable for
+P and D: exchanging their whole contents changes only C (the contents change racks) and
+M; same-host traffic stays. The pool rounding (pool.py) fixes what each host runs but
+knows nothing of racks, and after the container exchanges (exchange.py) a job spread over
+racks still holds its racks' slots against the other jobs there: no single container
+move or swap lowers F on the way to gathering it, while exchanging host contents does.
+After the exchanges of a 10 s solve it lowered C by 2.5% at 1,024 hosts (seed 1) in
+0.2 s and by 2.3% at 4,096 hosts in 0.9 s.
+
+F's change for an exchange is exact. Let W be the traffic between what two hosts run
+(bytes/s, as C counts it), and R[A, r] the sum of W from contents A to every host of
+rack r. Moving A from rack a to rack b while B moves from b to a changes C by
+(cross - same) * (R[A, a] - R[A, b] + R[B, b] - R[B, a] + 2 W[A, B]): traffic between A
+and B stays across racks, which the last term restores. M changes by the residents that
+leave their current host or come back to it. Each contents in turn goes where F drops
+most, with the partner of its kind that loses least (the partners of a kind are
+compared at once, as vectors); sweeps repeat until none gains or the deadline passes.
 """
 
 from __future__ import annotations
 
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
+
+import numpy as np
+import numpy.typing as npt
+from scipy import sparse
 
 from clavis.instance import Assignment, Instance
+from clavis.placement.exchange import GAIN
 
-MAX_PASSES = 20  # sweeps over the busy hosts at most, whatever the time limit
-RACKS_TRIED = 3  # racks a content is offered per sweep: those it talks to most
+MAX_PASSES = 20  # sweeps over the hosts at most, whatever the time limit
+# Partners tried per contents in a repack, best by traffic first: M may rank them
+# otherwise (without M the best by traffic is the best).
+TRIED_WITH_M = 8
+
+Kind = tuple[int, int, float, float, float]
 
 
-class _State:
+def _kinds(inst: Instance) -> list[npt.NDArray[np.int64]]:
+    """Up hosts grouped by everything P and D see of a host; groups of two or more."""
+    by: dict[Kind, list[int]] = defaultdict(list)
+    for hi, h in enumerate(inst.hosts):
+        if h.state == "up":
+            by[(h.cores, h.devil_tolerance, h.idle_w, h.slope_w, h.empty_w)].append(hi)
+    return [np.asarray(hs, dtype=np.int64) for _, hs in sorted(by.items()) if len(hs) > 1]
+
+
+def host_traffic(inst: Instance, assignment: Assignment) -> sparse.csr_matrix:
+    """W: bytes/s between what two hosts run (symmetric, zero diagonal)."""
+    n = len(inst.hosts)
+    where = np.asarray(assignment, dtype=np.int64)
+    rows: list[npt.NDArray[np.int64]] = []
+    cols: list[npt.NDArray[np.int64]] = []
+    vals: list[npt.NDArray[np.float64]] = []
+    if inst.flows:
+        a = where[np.fromiter((f.a for f in inst.flows), dtype=np.int64, count=len(inst.flows))]
+        b = where[np.fromiter((f.b for f in inst.flows), dtype=np.int64, count=len(inst.flows))]
+        w = np.fromiter((f.bytes_per_s for f in inst.flows), dtype=np.float64)
+        rows += [a, b]
+        cols += [b, a]
+        vals += [w, w]
+    for u in inst.uniform:
+        # every pair of members: count(h) * count(g) pairs between hosts h and g
+        hosts, counts = np.unique(where[list(u.members)], return_counts=True)
+        rows.append(np.repeat(hosts, len(hosts)))
+        cols.append(np.tile(hosts, len(hosts)))
+        vals.append(u.bytes_per_s * np.outer(counts, counts).ravel().astype(np.float64))
+    if not rows:
+        return sparse.csr_matrix((n, n))
+    m = sparse.coo_matrix(
+        (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(n, n)
+    ).tocsr()
+    m.setdiag(0.0)
+    m.eliminate_zeros()
+    return m
+
+
+class _Homes:
+    """M in a repack: per host's contents, the bytes of its residents by current host."""
+
     def __init__(self, inst: Instance, assignment: Assignment) -> None:
-        self.inst = inst
-        self.host_of = list(assignment)
-        self.on: dict[int, list[int]] = defaultdict(list)
-        for ci, hi in enumerate(assignment):
-            self.on[hi].append(ci)
-        self.partners: list[list[tuple[int, float]]] = [[] for _ in inst.containers]
-        for f in inst.flows:
-            self.partners[f.a].append((f.b, f.bytes_per_s))
-            self.partners[f.b].append((f.a, f.bytes_per_s))
-        self.uniform_of: list[list[int]] = [[] for _ in inst.containers]
-        self.per_rack: list[Counter[int]] = []  # per uniform entry: members per rack
-        for ui, u in enumerate(inst.uniform):
-            for m in u.members:
-                self.uniform_of[m].append(ui)
-            self.per_rack.append(Counter(inst.hosts[assignment[m]].rack for m in u.members))
+        self.bytes: dict[int, dict[int, float]] = defaultdict(lambda: defaultdict(float))
+        for ci, (cur, hi) in enumerate(zip(inst.current, assignment, strict=True)):
+            if cur is not None:
+                self.bytes[hi][cur] += inst.containers[ci].memory_bytes
 
-    def rack(self, hi: int) -> int:
-        return self.inst.hosts[hi].rack
+    def home(self, content: int, at: int) -> float:
+        got = self.bytes.get(content)
+        return 0.0 if got is None else got.get(at, 0.0)
 
-    def weights(self, hi: int) -> defaultdict[int, float]:
-        """Traffic of host hi's content with other hosts, by their rack."""
-        w: defaultdict[int, float] = defaultdict(float)
-        mine = self.on[hi]
-        here: Counter[int] = Counter()
-        for ci in mine:
-            for d, b in self.partners[ci]:
-                hd = self.host_of[d]
-                if hd != hi:
-                    w[self.rack(hd)] += b
-            for ui in self.uniform_of[ci]:
-                here[ui] += 1
-        own = self.rack(hi)
-        for ui, n in here.items():
-            b = self.inst.uniform[ui].bytes_per_s
-            for r, k in self.per_rack[ui].items():
-                others = k - (n if r == own else 0)
-                if others:
-                    w[r] += b * n * others
-        return w
-
-    def between(self, a: int, b: int) -> float:
-        """Traffic between the contents of hosts a and b."""
-        total = 0.0
-        on_b = set(self.on[b])
-        count_b: Counter[int] = Counter()
-        for ci in self.on[b]:
-            for ui in self.uniform_of[ci]:
-                count_b[ui] += 1
-        for ci in self.on[a]:
-            for d, w in self.partners[ci]:
-                if d in on_b:
-                    total += w
-            for ui in self.uniform_of[ci]:
-                total += self.inst.uniform[ui].bytes_per_s * count_b[ui]
-        return total
-
-    def moved_bytes(self, contents: list[int], frm: int, to: int) -> float:
-        """Change of M when containers leave host frm for host to."""
-        change = 0.0
-        for ci in contents:
-            home = self.inst.current[ci]
-            if home == frm:
-                change += self.inst.containers[ci].memory_bytes
-            elif home == to:
-                change -= self.inst.containers[ci].memory_bytes
-        return change
-
-    def swap(self, a: int, b: int) -> None:
-        ra, rb = self.rack(a), self.rack(b)
-        for ci in self.on[a]:
-            self.host_of[ci] = b
-            for ui in self.uniform_of[ci]:
-                self.per_rack[ui][ra] -= 1
-                self.per_rack[ui][rb] += 1
-        for ci in self.on[b]:
-            self.host_of[ci] = a
-            for ui in self.uniform_of[ci]:
-                self.per_rack[ui][rb] -= 1
-                self.per_rack[ui][ra] += 1
-        self.on[a], self.on[b] = self.on[b], self.on[a]
+    def delta(self, x: int, p: int, y: int, q: int) -> float:
+        """M's change when contents x (now at p) and y (now at q) trade places."""
+        return (self.home(x, p) + self.home(y, q)) - (self.home(x, q) + self.home(y, p))
 
 
-def _kind(inst: Instance, hi: int) -> tuple[int, int, float, float, float] | None:
-    h = inst.hosts[hi]
-    if h.state != "up":
-        return None
-    return (h.cores, h.devil_tolerance, h.idle_w, h.slope_w, h.empty_w)
+class _Racks:
+    """Where each host's contents sit and their traffic towards every rack. Contents
+    are named by the host they ran on at the start (the rows of W); they trade places
+    within their kind only."""
+
+    def __init__(self, inst: Instance, assignment: Assignment, k_c: float, k_m: float) -> None:
+        self.price = k_c * (inst.cross_rack_cost - inst.same_rack_cost)
+        self.k_m = k_m
+        self.w = host_traffic(inst, assignment)
+        n = len(inst.hosts)
+        self.rack = np.fromiter((h.rack for h in inst.hosts), dtype=np.int64, count=n)
+        ones = sparse.csr_matrix(
+            (np.ones(n), (np.arange(n), self.rack)), shape=(n, len(inst.racks))
+        )
+        self.r = np.asarray((self.w @ ones).todense(), dtype=np.float64)  # R[contents, rack]
+        self.at = np.arange(n, dtype=np.int64)  # the host each contents run on now
+        self.homes = _Homes(inst, assignment) if self.k_m > 0 and inst.has_current else None
+        self.talks = np.asarray(self.w.sum(axis=1)).ravel() > 0
+
+    def row(self, x: int) -> npt.NDArray[np.float64]:
+        """Row x of W, dense; W is symmetric, so it is column x too."""
+        out = np.zeros(self.w.shape[1])
+        lo, hi = self.w.indptr[x], self.w.indptr[x + 1]
+        out[self.w.indices[lo:hi]] = self.w.data[lo:hi]
+        return out
+
+    def best_swap(self, kind: npt.NDArray[np.int64], x: int) -> bool:
+        """Swap contents x with the contents of its kind where F drops most, if any."""
+        rack, r = self.rack, self.r
+        a = rack[x]
+        ys = kind[rack[kind] != a]
+        if not len(ys):
+            return False
+        wx = self.row(x)
+        change = self.price * (r[x, a] - r[x, rack[ys]] + r[ys, rack[ys]] - r[ys, a] + 2 * wx[ys])
+        for j in np.argsort(change, kind="stable")[: 1 if self.homes is None else TRIED_WITH_M]:
+            y = int(ys[j])
+            gain = float(change[j])
+            if self.homes is not None:
+                gain += self.k_m * self.homes.delta(x, int(self.at[x]), y, int(self.at[y]))
+            if gain < -GAIN:
+                self.swap(x, wx, y)
+                return True
+        return False
+
+    def swap(self, x: int, wx: npt.NDArray[np.float64], y: int) -> None:
+        """Contents x and y trade hosts: R's columns of their racks follow."""
+        a, b = self.rack[x], self.rack[y]
+        wy = self.row(y)
+        self.r[:, a] += wy - wx
+        self.r[:, b] += wx - wy
+        self.rack[x], self.rack[y] = b, a
+        self.at[x], self.at[y] = self.at[y], self.at[x]
+
+    def moved(self, assignment: Assignment, made: int) -> Assignment:
+        """Each container on the host its host's contents went to (the placement given,
+        unchanged, when no swap was made)."""
+        return tuple(int(self.at[h]) for h in assignment) if made else assignment
 
 
 def regroup(
@@ -121,46 +164,24 @@ def regroup(
     k_m: float,
     deadline: float,
 ) -> Assignment:
-    """Exchanges of whole contents between alike hosts while one lowers k_c*C + k_m*M
-    (the rest of F cannot change), best exchange per host and rack tried first."""
-    if k_c <= 0 or (not inst.flows and not inst.uniform):
+    """Exchanges of whole contents between alike hosts in different racks while one
+    lowers k_c*C + k_m*M (the rest of F cannot change), until none does, MAX_PASSES
+    sweeps pass, or the deadline (time.monotonic) passes."""
+    kinds = _kinds(inst)
+    if k_c <= 0 or inst.cross_rack_cost <= inst.same_rack_cost or not kinds:
         return assignment
-    state = _State(inst, assignment)
-    step = inst.cross_rack_cost - inst.same_rack_cost
-    if step <= 0:
+    if len(inst.racks) < 2 or (not inst.flows and not inst.uniform):
         return assignment
-    alike: dict[tuple[tuple[int, int, float, float, float], int], list[int]] = defaultdict(list)
-    for hi in range(len(inst.hosts)):
-        kind = _kind(inst, hi)
-        if kind is not None:
-            alike[(kind, inst.hosts[hi].rack)].append(hi)
+    racks = _Racks(inst, assignment, k_c, k_m)
+    made = 0
     for _ in range(MAX_PASSES):
-        improved = False
-        for a in sorted(state.on):
-            if time.monotonic() >= deadline:
-                return tuple(state.host_of)
-            kind = _kind(inst, a)
-            if kind is None or not state.on[a]:
-                continue
-            wa = state.weights(a)
-            ra = state.rack(a)
-            best, pick = -1e-9, None
-            for rb in sorted(wa, key=lambda r: -wa[r])[:RACKS_TRIED]:
-                if rb == ra or wa[rb] <= wa[ra]:
-                    continue
-                for b in alike[(kind, rb)]:
-                    wb = state.weights(b) if state.on[b] else defaultdict(float)
-                    gain = (
-                        step * k_c * (wa[rb] - wa[ra] + wb[ra] - wb[rb] - 2 * state.between(a, b))
-                    )
-                    gain -= k_m * (
-                        state.moved_bytes(state.on[a], a, b) + state.moved_bytes(state.on[b], b, a)
-                    )
-                    if gain > best:
-                        best, pick = gain, b
-            if pick is not None:
-                state.swap(a, pick)
-                improved = True
-        if not improved:
+        swapped = 0
+        for kind in kinds:
+            for x in kind[racks.talks[kind]]:
+                if time.monotonic() > deadline:
+                    return racks.moved(assignment, made + swapped)
+                swapped += racks.best_swap(kind, int(x))
+        made += swapped
+        if not swapped:
             break
-    return tuple(state.host_of)
+    return racks.moved(assignment, made)
