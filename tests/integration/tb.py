@@ -219,6 +219,30 @@ def node_states(names: list[str]) -> dict[str, str]:
     return dict(line.split() for line in out.splitlines() if line.strip())
 
 
+def recover_nodes(timeout: float = 90.0) -> list[str]:
+    """What an admin does after a cut link comes back, for a test that cut it: resume the
+    nodes slurmctld set DOWN as "Not responding" (it stops pinging a node once it is
+    down, and a slurmd that kept running never registers again by itself), then wait,
+    bounded, until they take jobs. Returns the nodes still unusable (never raises: it
+    runs in a test's cleanup, where it must not hide the test's own failure)."""
+    out = slurm(["sinfo", "-N", "-h", "-o", "%N|%T|%E"])
+    down = []
+    for line in out.splitlines():
+        name, state, reason = [*line.split("|"), "", ""][:3]
+        if state.startswith("down") and reason.startswith("Not responding"):
+            down.append(name)
+    for name in sorted(set(down)):
+        slurm(["scontrol", "update", f"NodeName={name}", "State=RESUME"])
+    deadline = time.monotonic() + timeout
+    left = sorted(set(down))
+    while left and time.monotonic() < deadline:
+        states = node_states(left)
+        left = [n for n in left if states.get(n) not in _USABLE]
+        if left:
+            time.sleep(1.0)
+    return left
+
+
 def nodes_usable(names: list[str], timeout: float = 120.0) -> None:
     """Wait, bounded, until slurmctld would start a job on every node of ``names``.
 
