@@ -223,8 +223,9 @@ def recover_nodes(timeout: float = 90.0) -> list[str]:
     """What an admin does after a cut link comes back, for a test that cut it: resume the
     nodes slurmctld set DOWN as "Not responding" (it stops pinging a node once it is
     down, and a slurmd that kept running never registers again by itself), then wait,
-    bounded, until they take jobs. Returns the nodes still unusable (never raises: it
-    runs in a test's cleanup, where it must not hide the test's own failure)."""
+    bounded, until they take jobs. Returns the nodes still unusable rather than raising:
+    it runs in a test's cleanup, where it must not hide the test's own failure (a Slurm
+    command that itself fails still raises, as everywhere in these helpers)."""
     out = slurm(["sinfo", "-N", "-h", "-o", "%N|%T|%E"])
     down = []
     for line in out.splitlines():
@@ -246,9 +247,10 @@ def recover_nodes(timeout: float = 90.0) -> list[str]:
 def nodes_usable(names: list[str], timeout: float = 120.0) -> None:
     """Wait, bounded, until slurmctld would start a job on every node of ``names``.
 
-    An earlier test may have left one of them briefly out of service (a cut link or a
-    powered-off host: slurmctld marks it NOT_RESPONDING and keeps it so until its next
-    ping answers). The failure names each node's state and slurmctld's lines about it."""
+    An earlier test may have left one of them out of service (a cut link or a powered-off
+    host: NOT_RESPONDING until slurmctld's next ping answers, or DOWN for good once that
+    lasted past SlurmdTimeout, which recover_nodes mends). The failure names each node's
+    state and slurmctld's lines about it."""
     deadline = time.monotonic() + timeout
     states = node_states(names)
     while time.monotonic() < deadline:
