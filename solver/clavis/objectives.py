@@ -158,9 +158,10 @@ def contention(inst: Instance, assignment: Assignment) -> float:
     return float(sum(c.cores for c in inst.containers if c.devil and c.job in lagging))
 
 
-def _flow_arrays(
+def flow_arrays(
     inst: Instance,
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+    """Every flow's two containers and bytes/s, as arrays (C here, regroup's W)."""
     a = np.fromiter((f.a for f in inst.flows), dtype=np.int64, count=len(inst.flows))
     b = np.fromiter((f.b for f in inst.flows), dtype=np.int64, count=len(inst.flows))
     w = np.fromiter((f.bytes_per_s for f in inst.flows), dtype=np.float64, count=len(inst.flows))
@@ -174,7 +175,7 @@ def traffic(inst: Instance, assignment: Assignment) -> float:
     rack = np.fromiter((h.rack for h in inst.hosts), dtype=np.int64, count=len(inst.hosts))
     total = 0.0
     if inst.flows:
-        a, b, w = _flow_arrays(inst)
+        a, b, w = flow_arrays(inst)
         ha, hb = where[a], where[b]
         cost = np.where(
             ha == hb,

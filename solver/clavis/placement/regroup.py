@@ -29,6 +29,7 @@ import numpy.typing as npt
 from scipy import sparse
 
 from clavis.instance import Assignment, Instance
+from clavis.objectives import flow_arrays
 from clavis.placement.exchange import GAIN
 
 MAX_PASSES = 20  # sweeps over the hosts at most, whatever the time limit
@@ -56,9 +57,8 @@ def host_traffic(inst: Instance, assignment: Assignment) -> sparse.csr_matrix:
     cols: list[npt.NDArray[np.int64]] = []
     vals: list[npt.NDArray[np.float64]] = []
     if inst.flows:
-        a = where[np.fromiter((f.a for f in inst.flows), dtype=np.int64, count=len(inst.flows))]
-        b = where[np.fromiter((f.b for f in inst.flows), dtype=np.int64, count=len(inst.flows))]
-        w = np.fromiter((f.bytes_per_s for f in inst.flows), dtype=np.float64)
+        ends_a, ends_b, w = flow_arrays(inst)
+        a, b = where[ends_a], where[ends_b]
         rows += [a, b]
         cols += [b, a]
         vals += [w, w]
