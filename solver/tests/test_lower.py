@@ -373,7 +373,7 @@ def test_the_eigenvalue_cut_never_exceeds_the_least_split_and_sees_more() -> Non
         assert got <= least + 1e-9 * max(1.0, least), (n, cores, edges, cap)
         checked += 1
         spectral = lower._spectral(comp, cap)
-        others = lower._cut_flows([dataclasses.replace(comp, edges=())], cap)
+        others = lower._cut_flows([dataclasses.replace(comp, edges=(), shape=None)], cap)
         above += spectral > others + 1e-9
     assert checked == 150 and above > 10, above
 
@@ -381,7 +381,8 @@ def test_the_eigenvalue_cut_never_exceeds_the_least_split_and_sees_more() -> Non
 def test_a_stencil_pays_more_than_each_container_alone_says() -> None:
     # A 4 x 4 five-point stencil of 1-core containers on 4-core hosts: four 2 x 2 blocks
     # cut 8 flows, the least of any split. Each container alone keeps 3 of its 4
-    # neighbours (floor 2 flows), q - 1 = 3; the eigenvalues prove 4.69.
+    # neighbours (floor 2 flows), q - 1 = 3; the eigenvalues prove 4.69, and the grid's
+    # shape all 8 (4 cells share 4 sides at most: 24 - 4 x 4).
     edges = {}
     for r in range(4):
         for c in range(4):
@@ -390,9 +391,10 @@ def test_a_stencil_pays_more_than_each_container_alone_says() -> None:
             if r < 3:
                 edges[(4 * r + c, 4 * r + c + 4)] = 1.0
     (comp,) = lower._build_components(_graph_instance([1] * 16, edges))
-    assert lower._cut_flows([dataclasses.replace(comp, edges=())], 4) == pytest.approx(3.0)
-    assert lower._cut_flows([comp], 4) == pytest.approx(4.686, abs=1e-3)
-    assert lower._cut_flows([comp], 4) <= 8.0
+    generic = dataclasses.replace(comp, edges=(), shape=None)
+    assert lower._cut_flows([generic], 4) == pytest.approx(3.0)
+    assert lower._spectral(comp, 4) == pytest.approx(4.686, abs=1e-3)
+    assert lower._cut_flows([comp], 4) == pytest.approx(8.0)
 
 
 def test_a_calm_devil_ring_pays_for_every_host_and_for_leaving_its_racks() -> None:

@@ -396,6 +396,7 @@ def _host_search(
     best: tuple[Assignment, Score, Status],
     watch: Stopwatch,
     between: Callable[[], None] | None = None,
+    other: Assignment | None = None,
 ) -> tuple[Assignment, Score, Status]:
     """The host search (hostlns.py) from the best placement so far, with the time the
     per-host turn left: on instances without a rack problem (too many patterns) the
@@ -404,7 +405,10 @@ def _host_search(
     well under a second and leave the search a placement whose jobs are already
     gathered. ``between`` runs after them (a repack's pool bound: the exchanges gain
     most in the least time, the host search little), then lightly loaded hosts are
-    emptied (consolidate.py)."""
+    emptied (consolidate.py). ``other``, a second start, is gathered too in what time the
+    first leaves of gathering's share, and the better of the two goes on: which start
+    ends better is not always the one that starts better (the pool rounding keeps jobs
+    on few hosts, the warm start may score a little better and gather far worse)."""
     left = options.time_limit * HOST_SEARCH_END_SHARE - watch.elapsed
     if best[2] == "OPTIMAL" or left < MIN_HOST_SEARCH_SECONDS:
         return best
@@ -412,6 +416,10 @@ def _host_search(
     share = EXCHANGE_SHARE if between is None else EXCHANGE_SHARE_BEFORE_BOUND
     now, window = time.monotonic(), left * share
     gathered = gather(inst, best[0], k=k, deadline=now + window * GATHER_END)
+    if other is not None and other != best[0] and time.monotonic() < now + window * GATHER_END:
+        second = gather(inst, other, k=k, deadline=now + window * GATHER_END)
+        if score(inst, second, weights, limits).F < score(inst, gathered, weights, limits).F:
+            gathered = second
     gathered = exchange(inst, gathered, k=k, deadline=now + window)
     best = _better(inst, weights, limits, best, gathered, watch=watch)
     if between is not None:
@@ -475,10 +483,11 @@ def _pool_turn(
     watch: Stopwatch,
     place: bool,
     until: float | None = None,
-) -> tuple[float, Assignment | None, Score | None]:
+) -> tuple[float, Assignment | None, Score | None, Assignment | None]:
     """The pool bound (pool.py) raises the floor; with ``place`` (no rack problem) its
     patterns are filled job by job into a placement (pool.round_by_jobs), regrouped into
-    racks, that replaces the hint when it scores better."""
+    racks, that replaces the hint when it scores better and is returned last otherwise:
+    after gathering it may still be the better start (_host_search)."""
     if place:
         deadline = time.monotonic() + options.time_limit * POOL_END_SHARE - watch.elapsed
     else:  # a budget of its own: the warm start may already have passed that share
@@ -486,12 +495,12 @@ def _pool_turn(
         deadline = deadline if until is None else min(deadline, until)
     relaxed = pool.prepare(inst, weights, limits)
     if relaxed is None:
-        return floor, hint, start
+        return floor, hint, start, None
     # Six groups at most: it settles in a few rounds at any size.
     answer = pool.solve(relaxed, deadline)
     floor = max(floor, answer.bound)
     if not place:
-        return floor, hint, start
+        return floor, hint, start, None
     # Drained hosts may keep only their residents: the placement uses up hosts only.
     placing: pool.PoolProblem | None = relaxed
     if any(inst.hosts[hi].state != "up" for ht in relaxed.types for hi in ht.hosts):
@@ -500,16 +509,17 @@ def _pool_turn(
             answer = pool.solve(placing, deadline)
     rounded = None if placing is None else pool.round_by_jobs(inst, placing, answer, deadline)
     if rounded is None:
-        return floor, hint, start
+        return floor, hint, start, None
     (_k_p, _k_d, k_c, k_m), _ = limits.linear(weights)
     until = time.monotonic() + options.time_limit * REGROUP_END_SHARE - watch.elapsed
     rounded = regroup(inst, rounded, k_c=k_c, k_m=k_m, deadline=until)
-    if not violations(inst, rounded):
-        got = score(inst, rounded, weights, limits)
-        if start is None or got.F < start.F:
-            watch.offer(got.F, floor)
-            return floor, rounded, got
-    return floor, hint, start
+    if violations(inst, rounded):
+        return floor, hint, start, None
+    got = score(inst, rounded, weights, limits)
+    if start is None or got.F < start.F:
+        watch.offer(got.F, floor)
+        return floor, rounded, got, hint
+    return floor, hint, start, rounded
 
 
 def _proves(bound: float, f: float) -> bool:
@@ -559,8 +569,9 @@ def solve(
     # bound waits for the exchanges (_host_search).
     repack = inst.has_current and weights.M > 0
     deferred = symmetric and not options.deterministic and racks is None and repack
+    other: Assignment | None = None  # a second start for the host search
     if symmetric and not options.deterministic and not deferred:
-        floor, hint, start = _pool_turn(
+        floor, hint, start, other = _pool_turn(
             inst,
             weights,
             options,
@@ -647,6 +658,7 @@ def solve(
             best=(assignment, result, status),
             watch=watch,
             between=pool_bound if deferred else None,
+            other=other,
         )
         floor = floors[0]
     if early is not None:

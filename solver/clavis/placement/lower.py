@@ -46,6 +46,8 @@ import scipy.linalg
 
 from clavis.instance import Instance, UniformTraffic
 from clavis.objectives import Bounds, Weights
+from clavis.placement import shapes
+from clavis.placement.shapes import Shape
 
 EIGEN_MOST = 2048  # containers in one component at most for its eigenvalues
 EIGEN_WORK = 4e10  # sum of n^3 over the eigenvalue problems of one instance at most
@@ -342,6 +344,8 @@ class _Component:
     edges: tuple[tuple[int, int, float], ...] = ()  # (i, k, bytes/s), indices into nodes
     spectra: dict[int, float] = field(default_factory=dict, compare=False)  # see _spectral
     work: list[float] = field(default_factory=lambda: [EIGEN_WORK], compare=False)
+    pairs: tuple[float, ...] = ()  # bytes/s between each pair of neighbours, lightest first
+    shape: Shape | None = None  # what the pairs form, if a tree, a ring or a grid
 
 
 # The components of the last instance asked: traffic_floor and calm_crossing run for
@@ -392,8 +396,21 @@ def _build_components(inst: Instance) -> list[_Component]:
         job = inst.containers[vs[0]].job
         at = {v: i for i, v in enumerate(vs)}
         local = tuple((at[a], at[b], w) for a, b, w in edges[r])
+        pairs: dict[tuple[int, int], float] = defaultdict(float)
+        for a, b, w in local:
+            pairs[min(a, b), max(a, b)] += w
         out.append(
-            _Component(sum(cores[v] for v in vs), sorted(weights[r]), nodes, job, local, {}, work)
+            _Component(
+                sum(cores[v] for v in vs),
+                sorted(weights[r]),
+                nodes,
+                job,
+                local,
+                {},
+                work,
+                tuple(sorted(pairs.values())),
+                shapes.recognise(len(vs), list(pairs)),
+            )
         )
     return out
 
@@ -436,6 +453,16 @@ def _spectral(comp: _Component, capacity: int) -> float:
     return value
 
 
+def _shape_cut(comp: _Component, most: int) -> float:
+    """Least bytes/s cut when a tree, ring or grid goes at most ``most`` containers to a
+    place: every pair of neighbours but the most its places keep (shapes.py), the
+    lightest first. 0 for any other set."""
+    if comp.shape is None or most >= len(comp.nodes):
+        return 0.0
+    cut = len(comp.pairs) - shapes.most_inside(comp.shape, most)
+    return sum(comp.pairs[: max(0, cut)])
+
+
 def _cut_flows(components: list[_Component], capacity: int) -> float:
     """Least weight of explicit flows cut by any split into places of ``capacity`` cores."""
     total = 0.0
@@ -446,7 +473,10 @@ def _cut_flows(components: list[_Component], capacity: int) -> float:
         lost = sum(max(0.0, degree - _keep(capacity - c, items)) for c, degree, items in comp.nodes)
         # A connected set over q places cuts at least q - 1 distinct flows.
         q = math.ceil(comp.cores / capacity)
-        total += max(lost / 2, sum(comp.weights[: q - 1]), _spectral(comp, capacity))
+        most = capacity // min(c for c, _, _ in comp.nodes)
+        total += max(
+            lost / 2, sum(comp.weights[: q - 1]), _spectral(comp, capacity), _shape_cut(comp, most)
+        )
     return total
 
 
@@ -603,7 +633,7 @@ def _split_cut(comp: _Component, most: int, size: int) -> float:
     if n <= most:
         return 0.0
     q = math.ceil(n / most)
-    return max(sum(comp.weights[: q - 1]), _spectral(comp, most * size))
+    return max(sum(comp.weights[: q - 1]), _spectral(comp, most * size), _shape_cut(comp, most))
 
 
 def traffic_floor(inst: Instance) -> float:
