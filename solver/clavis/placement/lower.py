@@ -21,7 +21,9 @@ instance. Each objective has a relaxation that needs no search:
   that fit (a fractional knapsack); what it cannot keep crosses, and each crossing flow
   is seen from both ends. A connected set split over q places also cuts at least q - 1
   distinct flows, and at least Donath and Hoffman's eigenvalue bound (_spectral: what
-  rings and stencils must cut). Bounds on disjoint sets of flows add up.
+  rings and stencils must cut); a tree, ring or grid of neighbours at least every pair
+  but the most its places can keep (shapes.py, _shape_cut). Bounds on disjoint sets of
+  flows add up.
 
 * P and D together: a placement uses some number m of hosts; it draws at least the m
   smallest switch-on watts, and every host on pays its switch-on watts however little it
