@@ -37,6 +37,7 @@ from clavis.placement import (
     pool,
     racklns,
     rackmodel,
+    relayout,
 )
 from clavis.placement.baselines import corerr, noderr
 from clavis.placement.consolidate import consolidate
@@ -421,6 +422,7 @@ def _host_search(
         if score(inst, second, weights, limits).F < score(inst, gathered, weights, limits).F:
             gathered = second
     gathered = exchange(inst, gathered, k=k, deadline=now + window)
+    gathered = relayout.improve(inst, gathered, k_c=k[2], k_m=k[3], deadline=now + window)
     best = _better(inst, weights, limits, best, gathered, watch=watch)
     if between is not None:
         between()

@@ -336,7 +336,7 @@ def _keep(room: float, items: list[tuple[float, int]]) -> float:
 
 
 @dataclass(frozen=True)
-class _Component:
+class Component:
     """Containers joined by explicit flows: their cores, flows and each one's neighbours."""
 
     cores: int
@@ -348,14 +348,17 @@ class _Component:
     work: list[float] = field(default_factory=lambda: [EIGEN_WORK], compare=False)
     pairs: tuple[float, ...] = ()  # bytes/s between each pair of neighbours, lightest first
     shape: Shape | None = None  # what the pairs form, if a tree, a ring or a grid
+    members: tuple[int, ...] = ()  # the containers, in the order of ``nodes``
 
 
 # The components of the last instance asked: traffic_floor and calm_crossing run for
 # every bound (the pool's prepare twice), and the spectral part is the costly one.
-_LAST: list[tuple[Instance, list[_Component]]] = []
+_LAST: list[tuple[Instance, list[Component]]] = []
 
 
-def _components(inst: Instance) -> list[_Component]:
+def components(inst: Instance) -> list[Component]:
+    """The instance's sets of containers joined by explicit flows, cached for the last
+    instance asked (the bounds and relayout.py read them)."""
     last = _LAST[0] if _LAST else None  # one read: another thread may replace it
     if last is not None and last[0] is inst:
         return last[1]
@@ -364,7 +367,7 @@ def _components(inst: Instance) -> list[_Component]:
     return out
 
 
-def _build_components(inst: Instance) -> list[_Component]:
+def _build_components(inst: Instance) -> list[Component]:
     nbrs: dict[int, list[tuple[float, int]]] = defaultdict(list)
     parent = list(range(len(inst.containers)))
 
@@ -402,7 +405,7 @@ def _build_components(inst: Instance) -> list[_Component]:
         for a, b, w in local:
             pairs[min(a, b), max(a, b)] += w
         out.append(
-            _Component(
+            Component(
                 sum(cores[v] for v in vs),
                 sorted(weights[r]),
                 nodes,
@@ -412,12 +415,13 @@ def _build_components(inst: Instance) -> list[_Component]:
                 work,
                 tuple(sorted(pairs.values())),
                 shapes.recognise(len(vs), list(pairs)),
+                tuple(vs),
             )
         )
     return out
 
 
-def _spectral(comp: _Component, capacity: int) -> float:
+def _spectral(comp: Component, capacity: int) -> float:
     """Donath and Hoffman's bound (1973) on the flows cut by any split of the component
     into places of ``capacity`` cores: for places of m_1 >= m_2 >= ... containers, the cut
     is at least half of sum m_i * lambda_i, the Laplacian's eigenvalues taken smallest
@@ -455,7 +459,7 @@ def _spectral(comp: _Component, capacity: int) -> float:
     return value
 
 
-def _shape_cut(comp: _Component, most: int) -> float:
+def _shape_cut(comp: Component, most: int) -> float:
     """Least bytes/s cut when a tree, ring or grid goes at most ``most`` containers to a
     place: every pair of neighbours but the most its places keep (shapes.py), the
     lightest first. 0 for any other set."""
@@ -465,7 +469,7 @@ def _shape_cut(comp: _Component, most: int) -> float:
     return sum(comp.pairs[: max(0, cut)])
 
 
-def _cut_flows(components: list[_Component], capacity: int) -> float:
+def _cut_flows(components: list[Component], capacity: int) -> float:
     """Least weight of explicit flows cut by any split into places of ``capacity`` cores."""
     total = 0.0
     for comp in components:
@@ -578,7 +582,7 @@ def calm_crossing(inst: Instance) -> dict[int, float]:
             degree += u.bytes_per_s * (len(u.members) - 1)
         lost[c.job] += max(0.0, degree - kept) / 2
     credited: dict[int, float] = defaultdict(float)
-    for comp in _components(inst):
+    for comp in components(inst):
         credited[comp.job] += _cut_flows([comp], cap)
     for u in inst.uniform:
         credited[inst.containers[u.members[0]].job] += _cut_entry(inst, u, cap)
@@ -610,7 +614,7 @@ def _devils_apart(
     racks = len({h.rack for h in inst.hosts}) > 1
     cr, cx = inst.same_rack_cost, inst.cross_rack_cost
     out: dict[int, tuple[float, float]] = {}
-    for comp in _components(inst):
+    for comp in components(inst):
         job = comp.job
         if job not in smallest or job in uniform_jobs or job in turtle_jobs:
             continue
@@ -628,7 +632,7 @@ def _devils_apart(
     return out
 
 
-def _split_cut(comp: _Component, most: int, size: int) -> float:
+def _split_cut(comp: Component, most: int, size: int) -> float:
     """Least bytes/s cut when the component's containers go at most ``most`` to a place
     (``size``: its smallest container's cores)."""
     n = len(comp.nodes)
@@ -651,13 +655,13 @@ def traffic_floor(inst: Instance) -> float:
         per_rack[inst.hosts[hi].rack] += cap
     rack_cap = max(per_rack.values())
     cr, cx = inst.same_rack_cost, inst.cross_rack_cost
-    components = _components(inst)
-    across_hosts = _cut_flows(components, host_cap) + _cut_uniform(inst, host_cap)
+    sets = components(inst)
+    across_hosts = _cut_flows(sets, host_cap) + _cut_uniform(inst, host_cap)
     floor = host_cost(inst) * across_hosts
     if len({h.rack for h in inst.hosts}) == 1 or cx < cr:
         return floor
     # A flow across racks also crosses hosts: cost cr, plus cx - cr for leaving the rack.
-    across_racks = _cut_flows(components, rack_cap) + _cut_uniform(inst, rack_cap)
+    across_racks = _cut_flows(sets, rack_cap) + _cut_uniform(inst, rack_cap)
     return floor + (cx - cr) * across_racks
 
 

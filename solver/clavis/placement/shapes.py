@@ -27,7 +27,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
@@ -41,6 +41,10 @@ class Shape:
     size: int  # containers
     rows: int = 0  # grid only
     cols: int = 0
+    # Rings and grids: the nodes in an order whose runs are compact (around the ring; the
+    # grid's cells in Morton order, runs of which are near-square blocks), for laying
+    # the set out on hosts (relayout.py).
+    order: tuple[int, ...] = field(default=(), compare=False)
 
 
 def recognise(n: int, pairs: Sequence[tuple[int, int]]) -> Shape | None:
@@ -55,8 +59,25 @@ def recognise(n: int, pairs: Sequence[tuple[int, int]]) -> Shape | None:
         adjacent[b].append(a)
     degrees = [len(nbrs) for nbrs in adjacent]
     if len(pairs) == n and max(degrees) == 2:
-        return Shape("ring", n)
+        return Shape("ring", n, order=_around(adjacent))
     return _grid(n, adjacent, degrees)
+
+
+def _around(adjacent: list[list[int]]) -> tuple[int, ...]:
+    """A ring's nodes in the order met walking round it from node 0."""
+    order, before, here = [0], -1, 0
+    for _ in range(len(adjacent) - 1):
+        here, before = next(u for u in adjacent[here] if u != before), here
+        order.append(here)
+    return tuple(order)
+
+
+def _morton(row: int, col: int) -> int:
+    """The cell's place on the Z-order curve: row and column bits interleaved."""
+    key = 0
+    for bit in range(max(row.bit_length(), col.bit_length())):
+        key |= ((row >> bit) & 1) << (2 * bit + 1) | ((col >> bit) & 1) << (2 * bit)
+    return key
 
 
 def _distances(adjacent: list[list[int]], start: int) -> list[int]:
@@ -102,7 +123,8 @@ def _grid(n: int, adjacent: list[list[int]], degrees: list[int]) -> Shape | None
         for u in adjacent[v]:
             if abs(coords[v][0] - coords[u][0]) + abs(coords[v][1] - coords[u][1]) != 1:
                 return None
-    return Shape("grid", n, rows, cols)
+    order = tuple(sorted(range(n), key=lambda v: _morton(*coords[v])))
+    return Shape("grid", n, rows, cols, order)
 
 
 def _lattice_most(m: int) -> int:
