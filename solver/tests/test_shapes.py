@@ -26,15 +26,16 @@ def _shuffled(n: int, pairs: list[tuple[int, int]], rng: random.Random) -> list[
     return out
 
 
-def _grid_pairs(rows: int, cols: int) -> list[tuple[int, int]]:
+def _grid_pairs(*sides: int) -> list[tuple[int, int]]:
+    """Neighbour pairs of a grid with these sides, cells numbered in row-major order."""
+    cells = list(itertools.product(*(range(s) for s in sides)))
+    at = {cell: k for k, cell in enumerate(cells)}
     out = []
-    for r in range(rows):
-        for c in range(cols):
-            k = r * cols + c
-            if c + 1 < cols:
-                out.append((k, k + 1))
-            if r + 1 < rows:
-                out.append((k, k + cols))
+    for cell, k in at.items():
+        for axis in range(len(sides)):
+            up = tuple(x + (i == axis) for i, x in enumerate(cell))
+            if up in at:
+                out.append((k, at[up]))
     return out
 
 
@@ -45,7 +46,7 @@ def test_the_generators_stencils_rings_and_masters_are_recognised_however_number
     rng = random.Random(n)
     grid = shapes.recognise(n, _shuffled(n, _pairs(stencil_edges(n)), rng))
     assert grid is not None and grid.kind == "grid"
-    assert sorted((grid.rows, grid.cols)) == sorted(grid_shape(n))
+    assert sorted(grid.sides) == sorted(grid_shape(n))
     assert shapes.recognise(n, _shuffled(n, _pairs(ring_edges(n)), rng)) == shapes.Shape("ring", n)
     star = _shuffled(n, _pairs(master_worker_edges(n)), rng)
     assert shapes.recognise(n, star) == shapes.Shape("tree", n)
@@ -78,8 +79,8 @@ def test_the_lattice_count_holds_for_every_set_of_cells_and_is_reached() -> None
             sum(1 for a, b in pairs if a in cells and b in cells)
             for cells in map(set, itertools.combinations(range(20), m))
         )
-        shape = shapes.Shape("grid", m, 1, m)  # one place of m containers of m
-        assert most == shapes.most_inside(shape, m), m
+        assert most == shapes.lattice_most(m, 2), m
+        assert most == shapes.most_inside(shapes.Shape("grid", m, (1, m)), m), m
 
 
 @pytest.mark.parametrize(
@@ -110,7 +111,7 @@ def test_a_stencil_cut_into_blocks_is_bound_exactly() -> None:
     (comp,) = lower._build_components(
         _graph_instance([8] * 256, dict.fromkeys(_grid_pairs(16, 16), 1.0))
     )
-    assert comp.shape == shapes.Shape("grid", 256, 16, 16)
+    assert comp.shape == shapes.Shape("grid", 256, (16, 16))
     assert lower._shape_cut(comp, 8) == pytest.approx(160.0)
     labels = [(k // 16 // 2, k % 16 // 4) for k in range(256)]
     blocks = sum(1 for a, b in _grid_pairs(16, 16) if labels[a] != labels[b])
@@ -132,3 +133,40 @@ def test_a_ring_pays_a_pair_per_place_counting_both_directions() -> None:
     assert lower._shape_cut(comp, 3) == pytest.approx(4 * 5.0)
     assert lower._cut_flows([comp], 3) == pytest.approx(20.0)
     assert math.isclose(_least_split(n, [1] * n, edges, 3), 20.0)
+
+
+@pytest.mark.parametrize("sides", [(4, 3, 2), (2, 2, 5), (3, 3, 3), (8, 4, 4)])
+def test_a_three_dimensional_grid_is_recognised_however_numbered(sides: tuple[int, ...]) -> None:
+    n = math.prod(sides)
+    shape = shapes.recognise(n, _shuffled(n, _grid_pairs(*sides), random.Random(n)))
+    assert shape is not None and shape.kind == "grid"
+    assert sorted(shape.sides) == sorted(sides)
+    assert sorted(shape.order) == list(range(n))
+    # One pair more, across a diagonal: not part of the lattice.
+    assert shapes.recognise(n, [*_grid_pairs(*sides), (0, n - 1)]) is None
+
+
+def test_the_three_dimensional_count_holds_for_every_set_of_cells() -> None:
+    # Every set of up to 5 cells of a 3 x 3 x 3 cube keeps no more pairs than
+    # lattice_most says; a 2 x 2 x 2 cube reaches it (12 pairs of 8 cells).
+    pairs = _grid_pairs(3, 3, 3)
+    for m in range(1, 6):
+        most = max(
+            sum(1 for a, b in pairs if a in cells and b in cells)
+            for cells in map(set, itertools.combinations(range(27), m))
+        )
+        assert most <= shapes.lattice_most(m, 3), m
+    assert shapes.lattice_most(8, 3) == 12
+    assert shapes.lattice_most(27, 3) == 54  # the whole cube: 3 x 9 x 2
+
+
+def test_a_cube_cut_into_small_cubes_is_bound_exactly() -> None:
+    # 4 x 4 x 4 seven-point stencil, 8 containers a place: 2 x 2 x 2 cubes cut 48 of its
+    # 144 pairs, and no split cuts fewer.
+    (comp,) = lower._build_components(
+        _graph_instance([1] * 64, dict.fromkeys(_grid_pairs(4, 4, 4), 1.0))
+    )
+    assert comp.shape == shapes.Shape("grid", 64, (4, 4, 4))
+    assert lower._shape_cut(comp, 8) == pytest.approx(48.0)
+    cube = [tuple(x // 2 for x in cell) for cell in itertools.product(range(4), repeat=3)]
+    assert sum(1 for a, b in _grid_pairs(4, 4, 4) if cube[a] != cube[b]) == 48

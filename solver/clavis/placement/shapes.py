@@ -1,30 +1,32 @@
-"""Talking sets whose flows form a tree, a ring or a 2-D grid, and the most container
-pairs any split of them into small places keeps together (issue 12, the C floor).
+"""Talking sets whose flows form a tree, a ring or a 2-D or 3-D grid, and the most
+container pairs any split of them into small places keeps together (issue 12, the C floor).
 
 The generic cut bounds of lower.py (each container's heaviest neighbours, q - 1 flows,
 Donath and Hoffman's eigenvalues) prove less than half of what a stencil cut into hosts
 must send: a 16 x 16 five-point stencil of 8-core containers on 64-core hosts cuts at least
 160 neighbour pairs, the eigenvalues prove 65. Halo exchanges are most of what an HPC
 cluster's jobs send, and for these shapes the largest number of pairs a place of m
-containers can hold is known exactly, so the least cut follows by counting:
+containers can hold is known, so the least cut follows by counting:
 
 * a tree (a master and its workers): an m-container part of it is a forest, at most m - 1
   pairs inside;
 * a ring: a part of it short of the whole ring is a set of paths, at most m - 1 pairs;
-* a rows x cols grid of neighbours (a 5-point stencil, not periodic): it is part of the
-  square lattice, and m cells of the lattice touch along at most floor(2m - 2 sqrt(m))
-  sides (Harary and Harborth, "Extremal animals", 1976).
+* a grid of neighbours (a 5-point stencil in two dimensions, a 7-point one in three, not
+  periodic): it is part of the lattice, and m cells of the d-dimensional lattice share
+  at most floor(d m - d m^((d-1)/d)) sides (lattice_most: Loomis and Whitney's
+  inequality; in two dimensions exact, Harary and Harborth, "Extremal animals", 1976).
 
 A split into places of at most s containers keeps at most the sum of that over its
 places; the cut is every pair less those kept. Shapes are recognised from the pairs
-alone (degrees, then coordinates read off distances from two corners, then every pair
-checked against the coordinates), so measured traffic gets the bound only when it is
-exactly such a shape, and anything else keeps the generic bounds.
+alone (degrees, then coordinates read off the distances from the corners, then every
+pair checked against the coordinates), so measured traffic gets the bound only when it
+is such a shape, and anything else keeps the generic bounds.
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -39,11 +41,10 @@ class Shape:
 
     kind: Literal["tree", "ring", "grid"]
     size: int  # containers
-    rows: int = 0  # grid only
-    cols: int = 0
-    # Rings and grids: the nodes in an order whose runs are compact (around the ring; the
-    # grid's cells in Morton order, runs of which are near-square blocks), for laying
-    # the set out on hosts (relayout.py).
+    sides: tuple[int, ...] = ()  # a grid's cells along each axis (two or three)
+    # Rings and grids: the nodes in an order whose runs are compact (round the ring; a
+    # grid's cells in Morton order, runs of which are near-square or near-cubic blocks),
+    # for laying the set out on hosts (relayout.py).
     order: tuple[int, ...] = field(default=(), compare=False)
 
 
@@ -60,7 +61,7 @@ def recognise(n: int, pairs: Sequence[tuple[int, int]]) -> Shape | None:
     degrees = [len(nbrs) for nbrs in adjacent]
     if len(pairs) == n and max(degrees) == 2:
         return Shape("ring", n, order=_around(adjacent))
-    return _grid(n, adjacent, degrees)
+    return _grid(n, adjacent, degrees, 2) or _grid(n, adjacent, degrees, 3)
 
 
 def _around(adjacent: list[list[int]]) -> tuple[int, ...]:
@@ -72,11 +73,12 @@ def _around(adjacent: list[list[int]]) -> tuple[int, ...]:
     return tuple(order)
 
 
-def _morton(row: int, col: int) -> int:
-    """The cell's place on the Z-order curve: row and column bits interleaved."""
-    key = 0
-    for bit in range(max(row.bit_length(), col.bit_length())):
-        key |= ((row >> bit) & 1) << (2 * bit + 1) | ((col >> bit) & 1) << (2 * bit)
+def _morton(cell: tuple[int, ...]) -> int:
+    """The cell's place on the Z-order curve: its coordinates' bits interleaved."""
+    key, d = 0, len(cell)
+    for bit in range(max(x.bit_length() for x in cell)):
+        for axis, x in enumerate(cell):
+            key |= ((x >> bit) & 1) << (d * bit + d - 1 - axis)
     return key
 
 
@@ -92,57 +94,96 @@ def _distances(adjacent: list[list[int]], start: int) -> list[int]:
     return dist
 
 
-def _grid(n: int, adjacent: list[list[int]], degrees: list[int]) -> Shape | None:
-    """A rows x cols grid (both at least 2) with its pairs exactly the grid's neighbours."""
-    corners = [v for v in range(n) if degrees[v] == 2]
-    if len(corners) != 4 or max(degrees) > 4:
+def _grid(n: int, adjacent: list[list[int]], degrees: list[int], d: int) -> Shape | None:
+    """A grid of d axes (2 or 3), every side at least 2 cells, whose pairs are all
+    neighbours on the lattice, or None. Its 2^d corners are the nodes of degree d; from
+    one corner O, d others end its axes, and a cell x is x_i = (|Ox| - |A_i x| + |O A_i|)/2
+    along axis i (distances in the graph). Which corners end the axes is tried."""
+    corners = [v for v in range(n) if degrees[v] == d]
+    if len(corners) != 2**d or max(degrees) > 2 * d:
         return None
-    from_first = _distances(adjacent, corners[0])
-    if min(from_first) < 0:
+    far = {c: _distances(adjacent, c) for c in corners}
+    origin = far[corners[0]]
+    if min(origin) < 0:
         return None
-    # The nearest other corner ends the first corner's side: cols - 1 steps away.
-    second = min(corners[1:], key=lambda c: from_first[c])
-    cols = from_first[second] + 1
-    if cols < 2 or n % cols:
-        return None
-    rows = n // cols
-    from_second = _distances(adjacent, second)
-    # Cell (r, c) is r + c from the first corner and r + (cols - 1 - c) from the second.
-    coords = []
+    for axes in itertools.combinations(corners[1:], d):
+        sides = tuple(origin[a] + 1 for a in axes)
+        if math.prod(sides) != n:
+            continue
+        cells = _cells(n, adjacent, origin, [far[a] for a in axes], sides)
+        if cells is not None:
+            order = tuple(sorted(range(n), key=lambda v: _morton(cells[v])))
+            return Shape("grid", n, sides, order)
+    return None
+
+
+def _cells(
+    n: int,
+    adjacent: list[list[int]],
+    origin: list[int],
+    ends: list[list[int]],
+    sides: tuple[int, ...],
+) -> list[tuple[int, ...]] | None:
+    """Every node's cell for these axes, if they are distinct, in the box, and every
+    pair joins lattice neighbours (then the set is part of the lattice, which is all the
+    bound needs); None otherwise."""
+    cells = []
     for v in range(n):
-        twice_row = from_first[v] + from_second[v] - (cols - 1)
-        if twice_row < 0 or twice_row % 2:
+        cell = []
+        for end, side in zip(ends, sides, strict=True):
+            twice = origin[v] - end[v] + side - 1
+            if twice % 2 or not 0 <= twice // 2 < side:
+                return None
+            cell.append(twice // 2)
+        if sum(cell) != origin[v]:
             return None
-        r = twice_row // 2
-        coords.append((r, from_first[v] - r))
-    # What the bound needs, checked: distinct cells, every pair a pair of lattice
-    # neighbours (then the set is part of the square lattice, whatever else it is).
-    if len(set(coords)) != n:
+        cells.append(tuple(cell))
+    if len(set(cells)) != n:
         return None
     for v in range(n):
         for u in adjacent[v]:
-            if abs(coords[v][0] - coords[u][0]) + abs(coords[v][1] - coords[u][1]) != 1:
+            if sum(abs(x - y) for x, y in zip(cells[v], cells[u], strict=True)) != 1:
                 return None
-    order = tuple(sorted(range(n), key=lambda v: _morton(*coords[v])))
-    return Shape("grid", n, rows, cols, order)
+    return cells
 
 
-def _lattice_most(m: int) -> int:
-    """Most sides m cells of the square lattice share (Harary and Harborth): 2m less
-    ceil(2 sqrt(m)), the least j with j^2 >= 4m, in integers."""
-    return 2 * m - (math.isqrt(4 * m - 1) + 1) if m > 0 else 0
+def _cube_root_up(x: int) -> int:
+    """The least j with j^3 >= x, for x >= 1, in integers."""
+    j = max(1, int(float(x) ** (1 / 3)))
+    while j**3 < x:
+        j += 1
+    while (j - 1) ** 3 >= x:
+        j -= 1
+    return j
+
+
+def lattice_most(m: int, d: int) -> int:
+    """Most pairs of neighbours among m cells of the d-dimensional lattice (d = 2, 3).
+
+    Each line along an axis that meets the cells leaves them at two sides at least, so
+    the sides leaving are at least twice the sum of the cells' shadows on the coordinate
+    planes (lines); by Loomis and Whitney the product of those shadows is at least
+    m^(d-1), so their sum is at least d m^((d-1)/d). The 2 d m sides of the cells are
+    twice the pairs inside plus those leaving: at most d m - d m^((d-1)/d) pairs, an
+    integer, so its floor. In two dimensions that is exact (Harary and Harborth, 1976),
+    in three it is reached by cubes."""
+    if m <= 0:
+        return 0
+    if d == 2:  # d m^(1/2) = sqrt(4 m) rounded up: the least j with j^2 >= 4m
+        return 2 * m - (math.isqrt(4 * m - 1) + 1)
+    return 3 * m - _cube_root_up(27 * m * m)  # 3 m^(2/3) = (27 m^2)^(1/3)
 
 
 @functools.lru_cache(maxsize=256)
-def _lattice_split(n: int, most: int) -> int:
-    """Most sides n cells share when split into places of at most ``most`` cells: the
-    best sum of _lattice_most over the places (its steps are 1 or 2 and not in order, so
-    full places are not always best), by dynamic programming over the cells placed."""
-    sides = np.array([_lattice_most(m) for m in range(most + 1)], dtype=np.int64)
+def _lattice_split(n: int, most: int, d: int) -> int:
+    """Most pairs n cells keep when split into places of at most ``most`` cells: the
+    best sum of lattice_most over the places (its steps are not in order, so full places
+    are not always best), by dynamic programming over the cells placed."""
+    inside = np.array([lattice_most(m, d) for m in range(most + 1)], dtype=np.int64)
     best = np.zeros(n + 1, dtype=np.int64)
     for t in range(1, n + 1):
         k = min(most, t)
-        best[t] = int(np.max(best[t - k : t][::-1] + sides[1 : k + 1]))
+        best[t] = int(np.max(best[t - k : t][::-1] + inside[1 : k + 1]))
     return int(best[n])
 
 
@@ -156,4 +197,4 @@ def most_inside(shape: Shape, most: int) -> int:
         return n
     if shape.kind in ("tree", "ring"):
         return n - math.ceil(n / most)  # every place short of the whole set is a forest
-    return _lattice_split(n, min(most, n))
+    return _lattice_split(n, min(most, n), len(shape.sides))
