@@ -415,3 +415,25 @@ def test_a_calm_devil_ring_pays_for_every_host_and_for_leaving_its_racks() -> No
     assert lower.calm_crossing(inst) == {0: pytest.approx(2 * w * 1 + 2 * w * 3)}
     calm = [a for a in feasible_assignments(inst) if not straggling_jobs(inst, a)]
     assert min(evaluate(inst, a).C for a in calm) == pytest.approx(2 * w * 1 + 2 * w * 4)
+
+
+def test_a_calm_all_to_all_of_devils_pays_for_leaving_its_racks() -> None:
+    # Four 2-core devils talking all to all (w each way, so 2w a pair), hosts of 4 cores
+    # that tolerate 2 devil cores, two racks of two: calm, each devil has a host of its
+    # own, so all 6 pairs cross hosts and 4 of them racks: C = 2 x 2w*1 + 4 x 2w*4. The
+    # floor alone says 4 pairs (a host holds two of them); the calm crossing adds 2 pairs
+    # for the hosts and 4 x 3 for the racks, which the enumeration of every calm
+    # placement confirms.
+    w = 5.0
+    pair = 2 * w
+    hosts = [host(f"h{i}", f"r{i // 2}", cores=4, domains=2) for i in range(4)]
+    job = {
+        "name": "j",
+        "containers": [container(f"d{i}", 2, mpki=20) for i in range(4)],
+        "all_to_all_bytes_per_s": w,
+    }
+    inst = instance(hosts, [job], links={"same_rack": 1.0, "cross_rack": 4.0})
+    assert lower.traffic_floor(inst) == pytest.approx(4 * pair)
+    assert lower.calm_crossing(inst) == {0: pytest.approx(2 * pair + 12 * pair)}
+    calm = [a for a in feasible_assignments(inst) if not straggling_jobs(inst, a)]
+    assert min(evaluate(inst, a).C for a in calm) == pytest.approx(2 * pair + 4 * pair * 4)

@@ -529,7 +529,8 @@ def calm_crossing(inst: Instance) -> dict[int, float]:
     devil) plus the heaviest turtle neighbours that fit beside it (fractional knapsack);
     the rest of its traffic crosses, and each crossing flow is seen from both ends. A
     job of devils only (_devils_apart) is also split into places of t devils per host
-    and t per usable host of a rack, which rings and stencils pay for more."""
+    and t per usable host of a rack, which rings and stencils pay for more, and so is an
+    all-to-all entry of devils only (_devils_all_to_all)."""
     usable = _capacities(inst)
     if not usable or (not inst.flows and not inst.uniform):
         return {}
@@ -587,6 +588,9 @@ def calm_crossing(inst: Instance) -> dict[int, float]:
     for u in inst.uniform:
         credited[inst.containers[u.members[0]].job] += _cut_entry(inst, u, cap)
     apart = _devils_apart(inst, usable, tol, smallest)
+    for job, rack_part in _devils_all_to_all(inst, usable, tol, smallest).items():
+        host_part, before = apart.get(job, (0.0, 0.0))
+        apart[job] = (host_part, before + rack_part)
     out = {}
     for job in set(lost) | set(apart):
         host_part, rack_part = apart.get(job, (0.0, 0.0))
@@ -630,6 +634,42 @@ def _devils_apart(
         before = out.get(job, (0.0, 0.0))
         out[job] = (before[0] + host_part, before[1] + rack_part)
     return out
+
+
+def _devils_all_to_all(
+    inst: Instance, usable: list[tuple[int, int]], tol: int, smallest: dict[int, int]
+) -> dict[int, float]:
+    """Per job whose all-to-all entry has devils only: the C its rack part adds if calm,
+    beyond traffic_floor's. Calm, it has at most t devils on a host, so a rack holds at
+    most t per usable host of it (and its cores' worth); the pairs kept in racks are at
+    most those of filling the roomiest racks first (n (n - 1) / 2 is convex), and every
+    other pair crosses racks."""
+    hosts: dict[int, int] = defaultdict(int)
+    cores: dict[int, int] = defaultdict(int)
+    for hi, c in usable:
+        hosts[inst.hosts[hi].rack] += 1
+        cores[inst.hosts[hi].rack] += c
+    cr, cx = inst.same_rack_cost, inst.cross_rack_cost
+    if len({h.rack for h in inst.hosts}) == 1 or cx < cr:
+        return {}
+    rack_cap = max(cores.values())
+    out: dict[int, float] = defaultdict(float)
+    for u in inst.uniform:
+        job = inst.containers[u.members[0]].job
+        if job not in smallest or not all(inst.containers[m].devil for m in u.members):
+            continue
+        t = max(1, tol // smallest[job])
+        room = sorted((min(t * hosts[r], cores[r] // smallest[job]) for r in hosts), reverse=True)
+        left, kept = len(u.members), 0
+        for most in room:
+            n = min(most, left)
+            kept, left = kept + n * (n - 1) // 2, left - n
+        if left:  # more devils than calm hosts hold: the job cannot be calm
+            continue
+        crossing = len(u.members) * (len(u.members) - 1) // 2 - kept
+        already = _cut_entry(inst, u, rack_cap)
+        out[job] += (cx - cr) * max(0.0, crossing * u.bytes_per_s - already)
+    return dict(out)
 
 
 def _split_cut(comp: Component, most: int, size: int) -> float:
