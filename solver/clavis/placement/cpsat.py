@@ -409,9 +409,10 @@ def _host_search(
     per-host model is often too large to build at all. Whole jobs moved onto hosts of
     their own (gather.py) and container exchanges (exchange.py) go first: they settle in
     well under a second and leave the search a placement whose jobs are already
-    gathered. ``between`` runs after them (a repack's pool bound: the exchanges gain
-    most in the least time, the host search little), then lightly loaded hosts are
-    emptied (consolidate.py). ``other``, a second start, is gathered too in what time the
+    gathered; then rings and grids are dealt anew over their places (relayout.py).
+    ``between`` runs after them and a short turn of emptying hosts (a repack's pool
+    bound: the exchanges gain most in the least time, the host search little), then
+    jobs are regrouped into racks and lightly loaded hosts emptied (consolidate.py). ``other``, a second start, is gathered too in what time the
     first leaves of gathering's share, and the better of the two goes on: which start
     ends better is not always the one that starts better (the pool rounding keeps jobs
     on few hosts, the warm start may score a little better and gather far worse)."""
