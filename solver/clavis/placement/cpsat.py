@@ -412,8 +412,9 @@ def _host_search(
     gathered; then rings and grids are dealt anew over their places (relayout.py).
     ``between`` runs after them and a short turn of emptying hosts (a repack's pool
     bound: the exchanges gain most in the least time, the host search little), then
-    jobs are regrouped into racks and lightly loaded hosts emptied (consolidate.py). ``other``, a second start, is gathered too in what time the
-    first leaves of gathering's share, and the better of the two goes on: which start
+    jobs are regrouped into racks and lightly loaded hosts emptied (consolidate.py).
+    ``other``, a second start, is gathered too in what time the first leaves of
+    gathering's share, and the better of the two goes on: which start
     ends better is not always the one that starts better (the pool rounding keeps jobs
     on few hosts, the warm start may score a little better and gather far worse)."""
     left = options.time_limit * HOST_SEARCH_END_SHARE - watch.elapsed
