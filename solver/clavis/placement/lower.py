@@ -601,6 +601,16 @@ def calm_crossing(inst: Instance) -> dict[int, float]:
     return out
 
 
+def _racks(inst: Instance, usable: list[tuple[int, int]]) -> tuple[dict[int, int], dict[int, int]]:
+    """Per rack, its usable hosts and their cores."""
+    hosts: dict[int, int] = defaultdict(int)
+    cores: dict[int, int] = defaultdict(int)
+    for hi, c in usable:
+        hosts[inst.hosts[hi].rack] += 1
+        cores[inst.hosts[hi].rack] += c
+    return hosts, cores
+
+
 def _devils_apart(
     inst: Instance, usable: list[tuple[int, int]], tol: int, smallest: dict[int, int]
 ) -> dict[int, tuple[float, float]]:
@@ -610,11 +620,7 @@ def _devils_apart(
     (a rack): each the most of the q - 1 lightest flows and the eigenvalue bound."""
     uniform_jobs = {inst.containers[u.members[0]].job for u in inst.uniform}
     turtle_jobs = {c.job for c in inst.containers if not c.devil}
-    per_rack: dict[int, int] = defaultdict(int)
-    rack_cores: dict[int, int] = defaultdict(int)
-    for hi, c in usable:
-        per_rack[inst.hosts[hi].rack] += 1
-        rack_cores[inst.hosts[hi].rack] += c
+    per_rack, rack_cores = _racks(inst, usable)
     racks = len({h.rack for h in inst.hosts}) > 1
     cr, cx = inst.same_rack_cost, inst.cross_rack_cost
     out: dict[int, tuple[float, float]] = {}
@@ -644,11 +650,7 @@ def _devils_all_to_all(
     most t per usable host of it (and its cores' worth); the pairs kept in racks are at
     most those of filling the roomiest racks first (n (n - 1) / 2 is convex), and every
     other pair crosses racks."""
-    hosts: dict[int, int] = defaultdict(int)
-    cores: dict[int, int] = defaultdict(int)
-    for hi, c in usable:
-        hosts[inst.hosts[hi].rack] += 1
-        cores[inst.hosts[hi].rack] += c
+    hosts, cores = _racks(inst, usable)
     cr, cx = inst.same_rack_cost, inst.cross_rack_cost
     if len({h.rack for h in inst.hosts}) == 1 or cx < cr:
         return {}
@@ -690,10 +692,7 @@ def traffic_floor(inst: Instance) -> float:
     if not usable:
         return 0.0
     host_cap = max(cap for _, cap in usable)
-    per_rack: dict[int, int] = defaultdict(int)
-    for hi, cap in usable:
-        per_rack[inst.hosts[hi].rack] += cap
-    rack_cap = max(per_rack.values())
+    rack_cap = max(_racks(inst, usable)[1].values())
     cr, cx = inst.same_rack_cost, inst.cross_rack_cost
     sets = components(inst)
     across_hosts = _cut_flows(sets, host_cap) + _cut_uniform(inst, host_cap)
