@@ -137,3 +137,18 @@ def test_up_after_a_failed_up(clean_machine: dict[str, list[str]]) -> None:
     assert tb.status()["up"]
     tb.tb("down")
     assert tb.left_behind(clean_machine) == {}
+
+
+def test_no_node_starts_once_down_has_begun(clean_machine: dict[str, list[str]]) -> None:
+    # Slurm's power saving can resume a node while `down` runs (slurmctld -> clavisd ->
+    # node-power start): once down has begun, no container may start behind it
+    tb.tb("up", *SMALL)
+    assert tb.tb("node-power", "stop", "r1h1c1").returncode == 0
+    (tb.RUN_DIR / "going-down").touch()  # what down writes before it stops anything
+    cp = tb.tb("node-power", "start", "r1h1c1", "r1h1", check=False)
+    assert cp.returncode == 1, cp.stderr
+    assert "r1h1c1 not started: the testbed is going down" in cp.stderr, cp.stderr
+    procs = Path("/sys/fs/cgroup/pids/lxc.payload.r1h1c1/cgroup.procs")
+    assert not procs.exists() or procs.read_text().split() == []
+    tb.tb("down")
+    assert tb.left_behind(clean_machine) == {}

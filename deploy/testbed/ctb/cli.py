@@ -106,11 +106,12 @@ def _rmdir_tree(d: Path) -> None:
             sub.rmdir()
 
 
-def _kill_cgroups(dirs: list[Path]) -> None:
+def _kill_cgroups(dirs: list[Path], within_s: float = 10.0) -> None:
     """Last resort when lxc-stop could not reach a container (e.g. its netns is gone):
-    SIGKILL what is left in our containers' own cgroups, bounded in time."""
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
+    SIGKILL what is left in our containers' own cgroups, bounded in time (within_s 0:
+    one round)."""
+    deadline = time.monotonic() + within_s
+    for _ in range(int(within_s / 0.1) + 1):
         pids = set().union(*(_procs(d) for d in dirs)) if dirs else set()
         live = {p for p in pids if start_time(p) is not None}
         if not live:
@@ -118,12 +119,18 @@ def _kill_cgroups(dirs: list[Path]) -> None:
         for pid in live:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+        if time.monotonic() >= deadline:
+            return
         time.sleep(0.1)
 
 
 def teardown(st: State) -> list[str]:
     """Remove exactly what the state lists; return what could not be removed."""
     errors: list[str] = []
+    # while the stack runs, Slurm's power saving can resume a node we have just stopped
+    # (clavisd -> node-power start -> lxc-start): from here on no container starts
+    with contextlib.suppress(OSError):
+        paths.GOING_DOWN.touch()
     for name in reversed(st.containers):
         errors += containers.stop(name)
     _kill_cgroups(_cgroup_dirs(st.containers))
@@ -136,6 +143,11 @@ def teardown(st: State) -> list[str]:
             stop(p)
         if p.alive():
             errors.append(f"{p.what} (pid {p.pid}) survived SIGKILL")
+    # a start already past the check when down began may have finished since: with every
+    # process that could start one gone, stop what runs once more
+    for name in reversed(st.containers):
+        errors += containers.stop(name)
+    _kill_cgroups(_cgroup_dirs(st.containers))
     errors += net.destroy(st.netns)
     dirs = _cgroup_dirs(st.containers)
     if not st.pivot_existed:
@@ -143,6 +155,7 @@ def teardown(st: State) -> list[str]:
     for d in dirs:
         # the LXC monitor removes its cgroups as it exits; give it a moment
         for _ in range(50):
+            _kill_cgroups([d], within_s=0.0)
             _rmdir_tree(d)
             if not d.exists():
                 break

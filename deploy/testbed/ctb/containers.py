@@ -168,6 +168,7 @@ def start_on(name: str, host: str, fresh_boot: bool = False) -> None:
     (slurmd's boot time) says it has just booted. slurmctld waits for a node it resumed
     until the node's boot time is after the resume (node_mgr.c, waiting_for_node_boot):
     with the machine's uptime a resumed node would never count as booted."""
+    _refuse_while_going_down(name)
     log = paths.LOG / f"lxc-{name}.log"
     argv = _lxc("lxc-start", name, "-l", "INFO", "-o", str(log))
     if fresh_boot:
@@ -176,6 +177,11 @@ def start_on(name: str, host: str, fresh_boot: bool = False) -> None:
         up_s = time.clock_gettime(time.CLOCK_BOOTTIME)
         argv += ["-s", f"lxc.time.offset.boot=-{int(up_s)}s"]
     run(in_netns_with_sysfs(f"ctb-{host}", argv), timeout=60)
+
+
+def _refuse_while_going_down(name: str) -> None:
+    if paths.GOING_DOWN.exists():
+        raise CommandError(f"{name} not started: the testbed is going down")
 
 
 def init_pid(name: str) -> int | None:
@@ -238,6 +244,7 @@ def restore(c: Container, directory: Path) -> None:
     """Restore a dumped container in place (same host netns, same IP and MAC)."""
     if not (directory / "inventory.img").is_file():
         raise CommandError(f"no checkpoint of {c.name} in {directory}")
+    _refuse_while_going_down(c.name)
     log = paths.LOG / f"restore-{c.name}.log"
     # A restored container inherits the caller's stdout/stderr: never a pipe, or the
     # caller hangs (TESTBED-NOTES, "LXC / LXD"). Send them to a file.

@@ -16,6 +16,9 @@ RUN = Path(os.environ.get("CLAVIS_TESTBED_RUN", "/run/clavis-testbed"))
 CACHE = Path(os.environ.get("CLAVIS_CACHE", "/var/cache/clavis"))
 
 STATE = RUN / "state.json"
+# written by `down` before it stops anything: no container starts after it (a node Slurm
+# resumes, a host its BMC powers on), so none is left running behind the teardown
+GOING_DOWN = RUN / "going-down"
 ENV_FILE = RUN / "env"
 ETC = RUN / "etc"  # shared read-only config, bind-mounted at the same path in containers
 SHARED = RUN / "shared"  # shared read-write scratch, same path in containers and the host
