@@ -18,7 +18,10 @@ MB = 1e6
 
 
 def _ring(
-    n: int, devils: frozenset[int] = frozenset(), current: dict[str, str] | None = None
+    n: int,
+    devils: frozenset[int] = frozenset(),
+    current: dict[str, str] | None = None,
+    drained: str | None = None,
 ) -> Instance:
     """n 1-core containers in a ring (both ways, 1 MB/s each) on four 4-core hosts, two
     racks of two."""
@@ -33,6 +36,9 @@ def _ring(
         ],
     }
     hosts = [host(f"h{i}", "r1" if i < 2 else "r2", cores=4) for i in range(4)]
+    for h in hosts:
+        if h["name"] == drained:
+            h["state"] = "drain"
     return instance(hosts, [job], current)
 
 
@@ -84,6 +90,19 @@ def test_moving_costs_more_than_the_traffic_saved_so_nothing_moves() -> None:
     moved = _run(inst, SCATTERED, Weights(1, 1, 100, 0.001))
     assert moved != SCATTERED
     assert evaluate(inst, moved).C < evaluate(inst, SCATTERED).C
+
+
+def test_a_container_on_a_drained_host_stays_and_no_other_goes_there() -> None:
+    # h0 is drained and keeps c00, c04, c08 and c12, its own: dealt anew, the ring's
+    # arcs may not bring any other container onto it (a drained host takes none), so
+    # they stay and the twelve others, scattered, are dealt over h1-h3 among themselves.
+    current = {f"c{k:02d}": f"h{k % 4}" for k in range(16)}
+    inst = _ring(16, current=current, drained="h0")
+    placed = tuple(0 if k % 4 == 0 else 1 + k % 3 for k in range(16))
+    after = _run(inst, placed, Weights(1, 1, 100, 0.001))
+    assert after != placed  # the other hosts were dealt anew
+    assert [c for c, h in enumerate(after) if h == 0] == [0, 4, 8, 12]
+    assert never_worse(inst, Weights(1, 1, 100, 0.001), placed, after)
 
 
 def test_on_realistic_starts_f_never_rises_and_p_and_d_stay() -> None:

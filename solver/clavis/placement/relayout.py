@@ -51,17 +51,22 @@ def _moved(inst: Instance, comp: Component, host_of: list[int]) -> float:
 
 def deal(inst: Instance, comp: Component, host_of: list[int]) -> dict[int, int]:
     """The set's containers dealt in its shape's order over the places it holds now:
-    container -> host, every host keeping its count of each kind."""
+    container -> host, every host keeping its count of each kind. A container on a
+    drained host stays: the host keeps its own containers but takes no other."""
     kind_of = {c: (inst.containers[c].devil, inst.containers[c].cores) for c in comp.members}
     places: dict[int, Counter[Kind]] = {}
     for c in comp.members:
-        places.setdefault(host_of[c], Counter())[kind_of[c]] += 1
+        if inst.hosts[host_of[c]].state == "up":
+            places.setdefault(host_of[c], Counter())[kind_of[c]] += 1
     # A rack's hosts together, the fullest first: runs of the order stay in few racks.
     hosts = sorted(places, key=lambda h: (inst.hosts[h].rack, -sum(places[h].values()), h))
     dealt: dict[int, int] = {}
     turn = 0  # the first host that may still have a place
     for node in comp.shape.order if comp.shape else ():
         c = comp.members[node]
+        if inst.hosts[host_of[c]].state != "up":
+            dealt[c] = host_of[c]
+            continue
         kind = kind_of[c]
         here = next((h for h in hosts[turn:] if places[h][kind]), None)
         if here is None:
