@@ -168,6 +168,36 @@ def warm_start(
     return best
 
 
+def _calm(
+    inst: Instance,
+    weights: Weights,
+    limits: Bounds,
+    hint: Assignment,
+    *,
+    options: SolveOptions,
+    watch: Stopwatch,
+) -> Assignment:
+    """The warm start with lagging devil jobs calmed one by one where F says it pays
+    (calming.py). In a repack whose current placement lost the warm start to a greedy
+    schedule, the current placement is calmed first and the better of the two goes on:
+    the schedule moves nearly every container, and what the search after it can win
+    back of M is little (1,024 hosts, seed 5, 10 s: the schedule scored 0.459 against
+    the current's 0.501, calmed 0.458 against 0.395; F at the end 0.417 against 0.370)."""
+    until = time.monotonic() + options.time_limit * CALM_SHARE - watch.elapsed
+    starts = [hint]
+    given = options.hint
+    if (
+        inst.has_current
+        and weights.M > 0
+        and given is not None
+        and given != hint
+        and not violations(inst, given)
+    ):
+        starts = [given, hint]
+    calmed = [calming.improve(inst, weights, limits, a, deadline=until) or a for a in starts]
+    return min(calmed, key=lambda a: score(inst, a, weights, limits).F)
+
+
 class _Progress(cp_model.CpSolverSolutionCallback):
     def __init__(self, watch: Stopwatch) -> None:
         super().__init__()
@@ -580,9 +610,7 @@ def solve(
         warm_guard = None if options.deterministic else guard.share(WARM_SHARE)
         hint = warm_start(inst, weights, limits, options.hint, warm_guard)
         if hint is not None and not options.deterministic:
-            # Calm lagging devil jobs one by one where F says it pays (calming.py).
-            until = time.monotonic() + options.time_limit * CALM_SHARE - watch.elapsed
-            hint = calming.improve(inst, weights, limits, hint, deadline=until) or hint
+            hint = _calm(inst, weights, limits, hint, options=options, watch=watch)
     # Relaxation bounds (lower.py): cheap, valid whatever the turns below manage.
     floor = lower.lower_bound(inst, weights, limits).F
     start = score(inst, hint, weights, limits) if hint is not None else None
