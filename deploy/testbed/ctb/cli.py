@@ -124,6 +124,16 @@ def _kill_cgroups(dirs: list[Path], within_s: float = 10.0) -> None:
         time.sleep(0.1)
 
 
+def _stop_containers(st: State) -> list[str]:
+    """Kill every container of the state (lxc-stop -k), then what is left in their
+    cgroups; return errors."""
+    errors: list[str] = []
+    for name in reversed(st.containers):
+        errors += containers.stop(name)
+    _kill_cgroups(_cgroup_dirs(st.containers))
+    return errors
+
+
 def teardown(st: State) -> list[str]:
     """Remove exactly what the state lists; return what could not be removed."""
     errors: list[str] = []
@@ -131,9 +141,7 @@ def teardown(st: State) -> list[str]:
     # (clavisd -> node-power start -> lxc-start): from here on no container starts
     with contextlib.suppress(OSError):
         paths.GOING_DOWN.touch()
-    for name in reversed(st.containers):
-        errors += containers.stop(name)
-    _kill_cgroups(_cgroup_dirs(st.containers))
+    errors += _stop_containers(st)
     # the stack's daemons (started last) first and together: none waits for another
     # (docs/testbed.md, "make demo"); then the others one by one, in reverse order
     mine = [p for p in st.processes if stack.ours(p)]
@@ -145,9 +153,7 @@ def teardown(st: State) -> list[str]:
             errors.append(f"{p.what} (pid {p.pid}) survived SIGKILL")
     # a start already past the check when down began may have finished since: with every
     # process that could start one gone, stop what runs once more
-    for name in reversed(st.containers):
-        errors += containers.stop(name)
-    _kill_cgroups(_cgroup_dirs(st.containers))
+    errors += _stop_containers(st)
     errors += net.destroy(st.netns)
     dirs = _cgroup_dirs(st.containers)
     if not st.pivot_existed:

@@ -54,9 +54,10 @@ def deal(inst: Instance, comp: Component, host_of: list[int]) -> dict[int, int]:
     container -> host, every host keeping its count of each kind. A container on a
     drained host stays: the host keeps its own containers but takes no other."""
     kind_of = {c: (inst.containers[c].devil, inst.containers[c].cores) for c in comp.members}
+    pinned = {c for c in comp.members if inst.hosts[host_of[c]].state != "up"}
     places: dict[int, Counter[Kind]] = {}
     for c in comp.members:
-        if inst.hosts[host_of[c]].state == "up":
+        if c not in pinned:
             places.setdefault(host_of[c], Counter())[kind_of[c]] += 1
     # A rack's hosts together, the fullest first: runs of the order stay in few racks.
     hosts = sorted(places, key=lambda h: (inst.hosts[h].rack, -sum(places[h].values()), h))
@@ -64,7 +65,7 @@ def deal(inst: Instance, comp: Component, host_of: list[int]) -> dict[int, int]:
     turn = 0  # the first host that may still have a place
     for node in comp.shape.order if comp.shape else ():
         c = comp.members[node]
-        if inst.hosts[host_of[c]].state != "up":
+        if c in pinned:
             dealt[c] = host_of[c]
             continue
         kind = kind_of[c]
