@@ -293,3 +293,31 @@ def test_the_bound_splits_into_the_evaluators_weighted_terms() -> None:
         assert math.isclose(parts.D, k_d * lagging, rel_tol=1e-9, abs_tol=1e-12)
         assert min(parts.as_tuple()) >= -1e-9
         assert (parts.M > 0) == inst.has_current
+
+
+def test_partial_pricing_converges_to_the_bound_of_pricing_every_type(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A repack has a host type per host with residents; pricing a rotating part of
+    # them must still end at the same bound, found by a round that priced them all.
+    cluster, workload, current = generate(RealisticSpec(hosts=96, seed=2, current=True)).models()
+    inst = build_instance(cluster, workload, current)
+    w = Weights(3, 8, 6, 10)
+    pb = pool.prepare(inst, w, bounds(inst))
+    assert pb is not None and len(pb.types) >= pool.PARTIAL_TYPES
+    priced: list[int] = []
+    real_price = pool._price
+
+    def counting(p: pool.PoolProblem, t: int, *duals: object) -> object:
+        priced.append(t)
+        return real_price(p, t, *duals)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pool, "_price", counting)
+    partial = pool.solve(pb, time.monotonic() + 60)
+    partial_prices = len(priced)
+    monkeypatch.setattr(pool, "PARTIAL_TYPES", 10**9)
+    priced.clear()
+    every = pool.solve(pb, time.monotonic() + 60)
+    assert partial.converged and every.converged
+    assert math.isclose(partial.bound, every.bound, rel_tol=1e-6, abs_tol=1e-9)
+    assert partial_prices < len(priced), (partial_prices, len(priced))

@@ -445,6 +445,11 @@ def _lagrangian(pb: PoolProblem, pi: np.ndarray, lam: np.ndarray, best_rc: list[
 
 
 SMOOTHING = 0.6  # weight of the best bound's duals in the pricing point (Wentges)
+# Partial pricing: with many host types (a repack's one-host types, one per pinned
+# host), a round prices a rotating share of them; pricing is nine tenths of a round.
+PARTIAL_TYPES = 64  # from this many host types up
+PARTS = 4  # a round prices one part of them
+FULL_EVERY = 4  # and every so many rounds all of them, which gives the bound
 
 
 def _between(
@@ -471,6 +476,14 @@ def _calm(pb: PoolProblem, t: int, counts: list[int]) -> bool:
     return not is_contended(devils, cores, pb.types[t].tolerance)
 
 
+def _pricing_window(types: int, offset: int, full: bool) -> list[int]:
+    """The host types a round prices: all of them, or PARTS-th of them from offset on."""
+    if full or types < PARTIAL_TYPES:
+        return list(range(types))
+    size = math.ceil(types / PARTS)
+    return [(offset + i) % types for i in range(size)]
+
+
 def solve(pb: PoolProblem, deadline: float) -> PoolAnswer:
     """Column generation until no pattern prices out or the deadline (time.monotonic)."""
     master = _Master(pb)
@@ -478,6 +491,7 @@ def solve(pb: PoolProblem, deadline: float) -> PoolAnswer:
     best, rounds, converged = -math.inf, 0, False
     last: _Solved | None = None
     center: tuple[np.ndarray, np.ndarray] | None = None  # duals of the best bound so far
+    offset, full = 0, False
     while rounds < MAX_ROUNDS and time.monotonic() < deadline:
         rounds += 1
         if master.columns:
@@ -493,10 +507,11 @@ def solve(pb: PoolProblem, deadline: float) -> PoolAnswer:
         # the best bound so far, which damps the duals' swings; if that finds no column
         # the master's duals would take (a mispricing), price at the master's own.
         tries = [out] if center is None else [_between(center, out), out]
+        priced_types = _pricing_window(len(pb.types), offset, full)
         added = 0
         for pi, lam in tries:
             best_rc = []
-            for t in range(len(pb.types)):
+            for t in priced_types:
                 priced = _price(pb, t, pi, lam)
                 best_rc.append(min((rc for rc, _ in priced), default=0.0))
                 for _rc, col in priced:
@@ -505,14 +520,22 @@ def solve(pb: PoolProblem, deadline: float) -> PoolAnswer:
                         seen.add(key)
                         master.add(col)
                         added += 1
-            bound = _lagrangian(pb, pi, lam, best_rc)
-            if bound > best:
-                best, center = bound, (pi, lam)
+            if len(priced_types) == len(pb.types):
+                # the Lagrangian bound needs every type's best reduced cost
+                bound = _lagrangian(pb, pi, lam, best_rc)
+                if bound > best:
+                    best, center = bound, (pi, lam)
             if added:
                 break
-        if added == 0:
-            converged = True
-            break
+        if len(priced_types) == len(pb.types):
+            if added == 0:
+                converged = True
+                break
+            full = False
+        else:
+            offset = (offset + len(priced_types)) % len(pb.types)
+            # a part with no column may hide one elsewhere: all types next round
+            full = added == 0 or rounds % FULL_EVERY == 0
     if last is None:
         return PoolAnswer(best + pb.constant, None, rounds, (), (), frozenset(), converged)
     lagging = frozenset(u.job for u, y in zip(pb.units, last.y, strict=True) if y > 0.5)
