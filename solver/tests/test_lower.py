@@ -139,6 +139,22 @@ def test_ring_split_over_two_hosts_is_bound_exactly() -> None:
     assert best == pytest.approx(2 * 5.0)
 
 
+def test_a_star_pays_every_worker_its_master_cannot_keep() -> None:
+    # A master and eight one-core workers on 4-core hosts: the master keeps three
+    # workers beside it and the five others' flows cross hosts. Halving what each
+    # container loses (the master 5, a worker 0) said only 2.5.
+    names = [f"c{i}" for i in range(9)]
+    star = [{"src": names[0], "dst": n, "bytes_per_s": 5.0} for n in names[1:]]
+    inst = instance(
+        [host(f"h{i}", cores=4) for i in range(3)],
+        [{"name": "j", "containers": [container(n, 1) for n in names], "traffic": star}],
+        links={"same_rack": 1.0, "cross_rack": 3.0},
+    )
+    assert lower.traffic_floor(inst) == pytest.approx(5 * 5.0)
+    best = min(evaluate(inst, a).C for a in feasible_assignments(inst))
+    assert best == pytest.approx(5 * 5.0)
+
+
 def test_all_to_all_across_racks_pays_the_rack_difference() -> None:
     # Six 2-core containers talking all-to-all, hosts of 4 cores, racks of two hosts
     # (8 cores): each container keeps one neighbour on its host (4 of 5 cross hosts) and
