@@ -433,6 +433,27 @@ def test_a_calm_devil_ring_pays_for_every_host_and_for_leaving_its_racks() -> No
     assert min(evaluate(inst, a).C for a in calm) == pytest.approx(2 * w * 1 + 2 * w * 4)
 
 
+def test_a_calm_devil_master_pays_its_whole_loss() -> None:
+    # A one-core devil master talks to three one-core devils and three 2-core turtles,
+    # on 4-core hosts that tolerate one devil core. Calm, no devil sits beside it, so it
+    # keeps at most 1.5 turtles' worth (3 free cores) and loses 4.5 flows, each crossing
+    # hosts; its neighbours lose 1, 1, 1, 0, 0, 0. Half of all the losses says 3.75, the
+    # master's loss alone 4.5, of which the floor counts 3 (it keeps the three devils).
+    w = 5.0
+    devils = [container(f"d{i}", 1, mpki=20) for i in range(4)]
+    turtles = [container(f"t{i}", 2) for i in range(3)]
+    talk = [{"src": "d0", "dst": c["name"], "bytes_per_s": w} for c in devils[1:] + turtles]
+    inst = instance(
+        [host(f"h{i}", cores=4, domains=1) for i in range(4)],
+        [{"name": "j", "containers": devils + turtles, "traffic": talk}],
+        links={"same_rack": 1.0, "cross_rack": 4.0},
+    )
+    assert lower.traffic_floor(inst) == pytest.approx(3 * w)
+    assert lower.calm_crossing(inst) == {0: pytest.approx(1.5 * w)}
+    calm = [a for a in feasible_assignments(inst) if not straggling_jobs(inst, a)]
+    assert min(evaluate(inst, a).C for a in calm) == pytest.approx(5 * w)
+
+
 def test_a_calm_all_to_all_of_devils_pays_for_leaving_its_racks() -> None:
     # Four 2-core devils talking all to all (w each way, so 2w a pair), hosts of 4 cores
     # that tolerate 2 devil cores, two racks of two: calm, each devil has a host of its

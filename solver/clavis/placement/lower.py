@@ -491,12 +491,13 @@ def _cut_flows(components: list[Component], capacity: int) -> float:
 
 
 def _apart_loss(comp: Component, lost: list[float]) -> float:
-    """What containers no two of which share a flow lose, added up: each flow cut is
-    then counted from one end at most, so the sum is cut too, where sum(lost) / 2 halves
-    it. A master-worker star loses nearly all at its master and nothing at a worker:
-    this counts the master's loss whole (measured: the floor of every star on the
-    realistic 1,024-host snapshots was half of the best placement's C). The set is
-    picked greedily, heaviest loss first; any such set gives a bound."""
+    """The losses of a set of containers no two of which share a flow, added up. Each
+    flow cut is then counted from one end at most, so the sum is cut too, where
+    sum(lost) / 2 halves it. A master-worker star loses nearly all at its master and
+    nothing at a worker: this counts the master's loss whole (measured: the floor of
+    each star in the 1,024-host seed 1 snapshot was half of the best C found for it,
+    traffic alone). The set is picked greedily, heaviest loss first; any such set gives
+    a bound."""
     if not comp.edges:
         return 0.0
     near: list[set[int]] = [set() for _ in comp.nodes]
@@ -583,7 +584,7 @@ def calm_crossing(inst: Instance) -> dict[int, float]:
             )
             for m in u.members:
                 entries[m].append((u, devils, turtle_sizes))
-    lost: dict[int, float] = defaultdict(float)
+    loss: dict[int, float] = {}
     for ci in set(nbrs) | set(entries):
         c = inst.containers[ci]
         slots = max(1, tol // smallest[c.job]) - (1 if c.devil else 0)
@@ -607,7 +608,8 @@ def calm_crossing(inst: Instance) -> dict[int, float]:
                     break
             kept += u.bytes_per_s * (min(slots, n_dev) + fit)
             degree += u.bytes_per_s * (len(u.members) - 1)
-        lost[c.job] += max(0.0, degree - kept) / 2
+        loss[ci] = max(0.0, degree - kept)
+    lost = _job_losses(inst, loss, nbrs, entries)
     credited: dict[int, float] = defaultdict(float)
     for comp in components(inst):
         credited[comp.job] += _cut_flows([comp], cap)
@@ -625,6 +627,32 @@ def calm_crossing(inst: Instance) -> dict[int, float]:
         if extra > 0:
             out[job] = extra
     return out
+
+
+def _job_losses(
+    inst: Instance,
+    loss: dict[int, float],
+    nbrs: dict[int, list[tuple[float, int]]],
+    entries: dict[int, list[tuple[UniformTraffic, int, Counter[int]]]],
+) -> dict[int, float]:
+    """Per job, the bytes/s its containers' losses force across hosts: half of their sum
+    (each crossing flow seen from both ends), or the whole loss of containers no two of
+    which talk (_apart_loss's argument: a calm master keeps few of its workers and
+    loses the rest whole), whichever is larger."""
+    half: dict[int, float] = defaultdict(float)
+    for ci, value in loss.items():
+        half[inst.containers[ci].job] += value / 2
+    apart: dict[int, float] = defaultdict(float)
+    taken: set[int] = set()
+    talked: set[int] = set()  # all-to-all entries (by id) with a member taken
+    for ci in sorted(loss, key=lambda v: -loss[v]):
+        shared = {id(u) for u, _, _ in entries.get(ci, ())}
+        if loss[ci] <= 0 or shared & talked or any(d in taken for _, d in nbrs.get(ci, ())):
+            continue
+        taken.add(ci)
+        talked |= shared
+        apart[inst.containers[ci].job] += loss[ci]
+    return {job: max(value, apart[job]) for job, value in half.items()}
 
 
 def _racks(inst: Instance, usable: list[tuple[int, int]]) -> tuple[dict[int, int], dict[int, int]]:
