@@ -125,34 +125,28 @@ def test_bounds_never_exceed_the_enumerated_optimum(chunk: int) -> None:
     assert all(n > 0 for n in positive.values()), positive
 
 
-def test_ring_split_over_two_hosts_is_bound_exactly() -> None:
-    # Four 2-core containers in a ring on 4-core hosts: any split cuts two ring flows.
-    names = [f"c{i}" for i in range(4)]
-    ring = [{"src": names[i], "dst": names[(i + 1) % 4], "bytes_per_s": 5.0} for i in range(4)]
+@pytest.mark.parametrize(("shape", "n", "cores", "cut"), [("ring", 4, 2, 2), ("star", 9, 1, 5)])
+def test_a_talking_set_split_over_hosts_is_bound_exactly(
+    shape: str, n: int, cores: int, cut: int
+) -> None:
+    # On 4-core hosts: four 2-core containers in a ring cut two ring flows in any split;
+    # a master and eight one-core workers keep three workers beside the master, and the
+    # five others' flows cross hosts (halving what each container loses, the master 5
+    # and a worker 0, said only 2.5).
+    names = [f"c{i}" for i in range(n)]
+    if shape == "ring":
+        pairs = [(names[i], names[(i + 1) % n]) for i in range(n)]
+    else:
+        pairs = [(names[0], other) for other in names[1:]]
+    talk = [{"src": a, "dst": b, "bytes_per_s": 5.0} for a, b in pairs]
     inst = instance(
         [host(f"h{i}", cores=4) for i in range(3)],
-        [{"name": "j", "containers": [container(n, 2) for n in names], "traffic": ring}],
+        [{"name": "j", "containers": [container(c, cores) for c in names], "traffic": talk}],
         links={"same_rack": 1.0, "cross_rack": 3.0},
     )
-    assert lower.traffic_floor(inst) == pytest.approx(2 * 5.0)
+    assert lower.traffic_floor(inst) == pytest.approx(cut * 5.0)
     best = min(evaluate(inst, a).C for a in feasible_assignments(inst))
-    assert best == pytest.approx(2 * 5.0)
-
-
-def test_a_star_pays_every_worker_its_master_cannot_keep() -> None:
-    # A master and eight one-core workers on 4-core hosts: the master keeps three
-    # workers beside it and the five others' flows cross hosts. Halving what each
-    # container loses (the master 5, a worker 0) said only 2.5.
-    names = [f"c{i}" for i in range(9)]
-    star = [{"src": names[0], "dst": n, "bytes_per_s": 5.0} for n in names[1:]]
-    inst = instance(
-        [host(f"h{i}", cores=4) for i in range(3)],
-        [{"name": "j", "containers": [container(n, 1) for n in names], "traffic": star}],
-        links={"same_rack": 1.0, "cross_rack": 3.0},
-    )
-    assert lower.traffic_floor(inst) == pytest.approx(5 * 5.0)
-    best = min(evaluate(inst, a).C for a in feasible_assignments(inst))
-    assert best == pytest.approx(5 * 5.0)
+    assert best == pytest.approx(cut * 5.0)
 
 
 def test_all_to_all_across_racks_pays_the_rack_difference() -> None:
