@@ -496,21 +496,31 @@ def _apart_loss(comp: Component, lost: list[float]) -> float:
     sum(lost) / 2 halves it. A master-worker star loses nearly all at its master and
     nothing at a worker: this counts the master's loss whole (measured: the floor of
     each star in the 1,024-host seed 1 snapshot was half of the best C found for it,
-    traffic alone). The set is picked greedily, heaviest loss first; any such set gives
-    a bound."""
+    traffic alone). Without its flow list (edges) no set is known to be apart: 0."""
     if not comp.edges:
         return 0.0
-    near: list[set[int]] = [set() for _ in comp.nodes]
+    near: dict[int, list[int]] = defaultdict(list)
     for i, k, _w in comp.edges:
-        near[i].add(k)
-        near[k].add(i)
-    taken: set[int] = set()
-    total = 0.0
-    for i in sorted(range(len(lost)), key=lambda v: -lost[v]):
-        if lost[i] > 0 and not near[i] & taken:
-            taken.add(i)
-            total += lost[i]
-    return total
+        near[i].append(k)
+        near[k].append(i)
+    return sum(lost[i] for i in _apart(dict(enumerate(lost)), near, {}))
+
+
+def _apart(
+    loss: dict[int, float], near: dict[int, list[int]], shared: dict[int, list[int]]
+) -> list[int]:
+    """Containers with a loss, no two of them neighbours (near) or members of one
+    all-to-all entry (shared: the entries' ids), picked greedily, heaviest loss first;
+    any such set gives a bound."""
+    taken: dict[int, None] = {}  # in the order picked
+    entries: set[int] = set()  # all-to-all entries with a member taken
+    for ci in sorted(loss, key=lambda v: -loss[v]):
+        mine = shared.get(ci, [])
+        if loss[ci] <= 0 or entries.intersection(mine) or taken.keys() & near.get(ci, []):
+            continue
+        taken[ci] = None
+        entries.update(mine)
+    return list(taken)
 
 
 def _cut_uniform(inst: Instance, capacity: int) -> float:
@@ -642,15 +652,10 @@ def _job_losses(
     half: dict[int, float] = defaultdict(float)
     for ci, value in loss.items():
         half[inst.containers[ci].job] += value / 2
+    near = {ci: [d for _, d in items] for ci, items in nbrs.items()}
+    shared = {ci: [id(u) for u, _, _ in items] for ci, items in entries.items()}
     apart: dict[int, float] = defaultdict(float)
-    taken: set[int] = set()
-    talked: set[int] = set()  # all-to-all entries (by id) with a member taken
-    for ci in sorted(loss, key=lambda v: -loss[v]):
-        shared = {id(u) for u, _, _ in entries.get(ci, ())}
-        if loss[ci] <= 0 or shared & talked or any(d in taken for _, d in nbrs.get(ci, ())):
-            continue
-        taken.add(ci)
-        talked |= shared
+    for ci in _apart(loss, near, shared):
         apart[inst.containers[ci].job] += loss[ci]
     return {job: max(value, apart[job]) for job, value in half.items()}
 

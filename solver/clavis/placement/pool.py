@@ -510,6 +510,7 @@ def solve(pb: PoolProblem, deadline: float) -> PoolAnswer:
         # the master's duals would take (a mispricing), price at the master's own.
         tries = [out] if center is None else [_between(center, out), out]
         priced_types = _pricing_window(len(pb.types), offset, full)
+        whole = len(priced_types) == len(pb.types)
         added = 0
         for pi, lam in tries:
             best_rc = []
@@ -522,14 +523,14 @@ def solve(pb: PoolProblem, deadline: float) -> PoolAnswer:
                         seen.add(key)
                         master.add(col)
                         added += 1
-            if len(priced_types) == len(pb.types):
+            if whole:
                 # the Lagrangian bound needs every type's best reduced cost
                 bound = _lagrangian(pb, pi, lam, best_rc)
                 if bound > best:
                     best, center = bound, (pi, lam)
             if added:
                 break
-        if len(priced_types) == len(pb.types):
+        if whole:
             if added == 0:
                 converged = True
                 break
