@@ -321,3 +321,47 @@ def test_partial_pricing_converges_to_the_bound_of_pricing_every_type(
     assert partial.converged and every.converged
     assert math.isclose(partial.bound, every.bound, rel_tol=1e-6, abs_tol=1e-9)
     assert partial_prices < len(priced), (partial_prices, len(priced))
+
+
+def test_rounding_starts_a_job_in_the_rack_with_most_room_not_most_hosts() -> None:
+    # Rack r0: six 4-core hosts (24 cores); rack r1: two 16-core hosts (32 cores). Two
+    # jobs of seven 4-core turtles fill every core; the talking one goes first. Counted
+    # by hosts it would start in r0, fill it and spill one container into r1; counted
+    # by room it fits whole in r1, and nothing it sends leaves the rack.
+    hosts = [("r0", 4)] * 6 + [("r1", 16)] * 2
+    cluster = Cluster.model_validate(
+        {
+            "schema_version": 1,
+            "hosts": [
+                {
+                    "name": f"h{i}",
+                    "rack": rack,
+                    "cores": cores,
+                    "domains": {"count": 1, "cores_per_domain": cores},
+                    "power": {"idle_w": 10 * cores, "peak_w": 20 * cores},
+                }
+                for i, (rack, cores) in enumerate(hosts)
+            ],
+        }
+    )
+
+    def job(name: str, talk: float) -> dict[str, object]:
+        containers = [
+            {"name": f"{name}{i}", "cores": 4, "memory_bytes": 1 << 20, "intensity_mpki": 1.0}
+            for i in range(7)
+        ]
+        return {"name": name, "containers": containers, "all_to_all_bytes_per_s": talk}
+
+    workload = Workload.model_validate(
+        {"schema_version": 1, "jobs": [job("quiet", 0.0), job("talks", 1e6)]}
+    )
+    inst = build_instance(cluster, workload)
+    w = Weights(1, 1, 1)
+    pb = pool.prepare(inst, w, bounds(inst))
+    assert pb is not None
+    placed = pool.round_by_jobs(
+        inst, pb, pool.solve(pb, time.monotonic() + 30), time.monotonic() + 30
+    )
+    assert placed is not None and not violations(inst, placed)
+    talks = inst.job_containers[inst.jobs.index("talks")]
+    assert {inst.hosts[placed[ci]].rack for ci in talks} == {inst.racks.index("r1")}
