@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import time
@@ -365,3 +366,44 @@ def test_rounding_starts_a_job_in_the_rack_with_most_room_not_most_hosts() -> No
     assert placed is not None and not violations(inst, placed)
     talks = inst.job_containers[inst.jobs.index("talks")]
     assert {inst.hosts[placed[ci]].rack for ci in talks} == {inst.racks.index("r1")}
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_lagging_talking_jobs_rounded_whole_send_less_across_hosts(seed: int) -> None:
+    # The second rounding counts the turtles of the talking jobs the master lets lag as
+    # devils; only those turtles change, and rounded so the jobs keep their rings and
+    # grids together on contended hosts instead of leaving their turtles beside other
+    # jobs' calm devils: their own traffic falls (measured 3-6 times at 120 hosts).
+    cluster, workload, _ = generate(RealisticSpec(hosts=120, seed=seed, current=False)).models()
+    inst = build_instance(cluster, workload)
+    w = Weights(6, 10, 4)
+    pb = pool.prepare(inst, w, bounds(inst), up_only=True)
+    assert pb is not None
+    got = pool.solve(pb, time.monotonic() + 30)
+    view = pool.lagging_whole(inst, got)
+    assert view is not None
+    changed = [
+        ci for ci, (c, v) in enumerate(zip(inst.containers, view.containers, strict=True)) if c != v
+    ]
+    assert changed
+    talking = {inst.containers[f.a].job for f in inst.flows}
+    talking |= {inst.containers[u.members[0]].job for u in inst.uniform}
+    for ci in changed:
+        c = inst.containers[ci]
+        assert not c.devil and view.containers[ci].devil
+        assert c.job in got.lagging and c.job in talking
+    jobs = {inst.containers[ci].job for ci in changed}
+    again = pool.prepare(view, w, bounds(inst), up_only=True)
+    assert again is not None
+    base = pool.round_by_jobs(inst, pb, got, time.monotonic() + 30)
+    whole = pool.round_by_jobs(
+        view, again, pool.solve(again, time.monotonic() + 30), time.monotonic() + 30
+    )
+    assert base is not None and whole is not None
+    assert not violations(inst, whole)
+    theirs = dataclasses.replace(
+        inst,
+        flows=tuple(f for f in inst.flows if inst.containers[f.a].job in jobs),
+        uniform=tuple(u for u in inst.uniform if inst.containers[u.members[0]].job in jobs),
+    )
+    assert evaluate(theirs, whole).C < 0.5 * evaluate(theirs, base).C

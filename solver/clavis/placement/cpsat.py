@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import cast
 
@@ -562,19 +562,53 @@ def _pool_turn(
         placing = pool.prepare(inst, weights, limits, up_only=True)
         if placing is not None:
             answer = pool.solve(placing, deadline)
-    rounded = None if placing is None else pool.round_by_jobs(inst, placing, answer, deadline)
-    if rounded is None:
+    if placing is None:
         return floor, hint, start, None
     (_k_p, _k_d, k_c, k_m), _ = limits.linear(weights)
     until = time.monotonic() + options.time_limit * REGROUP_END_SHARE - watch.elapsed
-    rounded = regroup(inst, rounded, k_c=k_c, k_m=k_m, deadline=until)
-    if violations(inst, rounded):
+    found: list[tuple[Score, Assignment]] = []
+    roundings = list(_roundings(inst, weights, limits, placing, answer, deadline=deadline))
+    for n, rounded in enumerate(roundings):
+        now = time.monotonic()  # the regroupings share the window evenly
+        placed = regroup(
+            inst, rounded, k_c=k_c, k_m=k_m, deadline=now + (until - now) / (len(roundings) - n)
+        )
+        if not violations(inst, placed):
+            found.append((score(inst, placed, weights, limits), placed))
+    if not found:
         return floor, hint, start, None
-    got = score(inst, rounded, weights, limits)
-    if start is None or got.F < start.F:
+    if hint is not None and start is not None:
+        found.append((start, hint))
+    found.sort(key=lambda sa: sa[0].F)
+    (got, best), other = found[0], (found[1][1] if len(found) > 1 else None)
+    if best is not hint:
         watch.offer(got.F, floor)
-        return floor, rounded, got, hint
-    return floor, hint, start, rounded
+    return floor, best, got, other
+
+
+def _roundings(
+    inst: Instance,
+    weights: Weights,
+    limits: Bounds,
+    placing: pool.PoolProblem,
+    answer: pool.PoolAnswer,
+    *,
+    deadline: float,
+) -> Iterator[Assignment]:
+    """The pool's answer rounded to placements: as it is, and again with the lagging
+    talking jobs kept whole (pool.lagging_whole) where there are any."""
+    first = pool.round_by_jobs(inst, placing, answer, deadline)
+    if first is not None:
+        yield first
+    view = pool.lagging_whole(inst, answer)
+    if view is None:
+        return
+    again = pool.prepare(view, weights, limits, up_only=True)
+    if again is None:
+        return
+    second = pool.round_by_jobs(view, again, pool.solve(again, deadline), deadline)
+    if second is not None:
+        yield second
 
 
 def _proves(bound: float, f: float) -> bool:
