@@ -31,7 +31,8 @@ On realistic snapshots the relaxation's shares come out whole (each y is 0 or 1)
 patterns say how to place: pack the lagging jobs' devils densely on a few large hosts and
 give every other devil a calm host filled with turtles. ``round_by_jobs`` lays its patterns
 on the hosts as templates and fills them job by job, keeping each job on few hosts and
-racks; the host search then polishes the result.
+racks; ``lagging_whole`` gives a second rounding that keeps the lagging talking jobs whole
+on contended hosts; the host search then polishes the better.
 """
 
 from __future__ import annotations
