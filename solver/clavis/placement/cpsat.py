@@ -540,9 +540,9 @@ def _pool_turn(
     until: float | None = None,
 ) -> tuple[float, Assignment | None, Score | None, Assignment | None]:
     """The pool bound (pool.py) raises the floor; with ``place`` (no rack problem) its
-    patterns are filled job by job into a placement (pool.round_by_jobs), regrouped into
-    racks, that replaces the hint when it scores better and is returned last otherwise:
-    after gathering it may still be the better start (_host_search)."""
+    patterns are filled job by job into placements (_roundings), regrouped into racks.
+    The best of them and the hint is returned as the hint, the next best last: after
+    gathering it may still be the better start (_host_search)."""
     if place:
         deadline = time.monotonic() + options.time_limit * POOL_END_SHARE - watch.elapsed
     else:  # a budget of its own: the warm start may already have passed that share

@@ -763,9 +763,7 @@ def lagging_whole(inst: Instance, answer: PoolAnswer) -> Instance | None:
     those turtles' cores as lagging devil cores), so the caller scores both roundings
     on the real instance and keeps the better (there: F 0.312 -> 0.299 after regrouping
     and exchanges, and 1,024 hosts, seeds 1-4, 0.6-2.0% lower)."""
-    talking = {inst.containers[f.a].job for f in inst.flows}
-    talking.update(inst.containers[u.members[0]].job for u in inst.uniform)
-    whole = talking & answer.lagging
+    whole = _traffic_by_job(inst).keys() & answer.lagging
     if not any(c.job in whole and not c.devil for c in inst.containers):
         return None
     return replace(
