@@ -548,13 +548,18 @@ def _pool_turn(
     else:  # a budget of its own: the warm start may already have passed that share
         deadline = time.monotonic() + options.time_limit * POOL_BOUND_SHARE
         deadline = deadline if until is None else min(deadline, until)
-    relaxed = pool.prepare(inst, weights, limits)
+    relaxed = pool.prepare(inst, weights, limits, stay=False)
     if relaxed is None:
         return floor, hint, start, None
     # Six groups at most: it settles in a few rounds at any size.
     answer = pool.solve(relaxed, deadline)
     floor = max(floor, answer.bound)
     if not place:
+        # A repack's bound again with what its talking jobs send if their residents
+        # stay (pool.Stay): a larger master, started from the first one's patterns.
+        tighter = pool.prepare(inst, weights, limits)
+        if tighter is not None and tighter.stay is not None and time.monotonic() < deadline:
+            floor = max(floor, pool.solve(tighter, deadline, start=answer.columns).bound)
         return floor, hint, start, None
     # Drained hosts may keep only their residents: the placement uses up hosts only.
     placing: pool.PoolProblem | None = relaxed

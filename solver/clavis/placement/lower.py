@@ -745,22 +745,33 @@ def _split_cut(comp: Component, most: int, size: int) -> float:
 
 def traffic_floor(inst: Instance) -> float:
     """No placement sends less slow-link traffic than this (module docstring, C)."""
+    return sum(traffic_floor_by_job(inst).values())
+
+
+def traffic_floor_by_job(inst: Instance) -> dict[int, float]:
+    """traffic_floor per job: every part of it is one job's talking set or all-to-all
+    entry, so each job's C is at least its own part."""
     if not inst.flows and not inst.uniform:
-        return 0.0
+        return {}
     usable = _capacities(inst)
     if not usable:
-        return 0.0
+        return {}
     host_cap = max(cap for _, cap in usable)
     rack_cap = max(_racks(inst, usable)[1].values())
     cr, cx = inst.same_rack_cost, inst.cross_rack_cost
-    sets = components(inst)
-    across_hosts = _cut_flows(sets, host_cap) + _cut_uniform(inst, host_cap)
-    floor = host_cost(inst) * across_hosts
-    if len({h.rack for h in inst.hosts}) == 1 or cx < cr:
-        return floor
-    # A flow across racks also crosses hosts: cost cr, plus cx - cr for leaving the rack.
-    across_racks = _cut_flows(sets, rack_cap) + _cut_uniform(inst, rack_cap)
-    return floor + (cx - cr) * across_racks
+    racks = len({h.rack for h in inst.hosts}) > 1 and cx >= cr
+    out: dict[int, float] = defaultdict(float)
+    for comp in components(inst):
+        # A flow across racks also crosses hosts: cost cr, plus cx - cr for leaving the rack.
+        out[comp.job] += host_cost(inst) * _cut_flows([comp], host_cap)
+        if racks:
+            out[comp.job] += (cx - cr) * _cut_flows([comp], rack_cap)
+    for u in inst.uniform:
+        job = inst.containers[u.members[0]].job
+        out[job] += host_cost(inst) * _cut_entry(inst, u, host_cap)
+        if racks:
+            out[job] += (cx - cr) * _cut_entry(inst, u, rack_cap)
+    return dict(out)
 
 
 def lower_bound(inst: Instance, weights: Weights, limits: Bounds) -> LowerBound:

@@ -30,7 +30,9 @@ lag in their place (by a share, over calm hosts too), which no placement can do.
 a contended pattern's kept resident devils are also counted against their own job's
 share, and on each host a contended pattern keeping any of them bounds that share
 from below, the job lagging whole there (on the 1,024-host repacks: bound +0.001 to
-+0.008, gap 16.5% to 14.2% on seed 2).
++0.008, gap 16.5% to 14.2% on seed 2). And a repack's talking residents that stay keep
+their links (Stay): a job's C is the larger of that and its floor plus calm crossing
+(bound +0.007 to +0.015 more).
 
 C is bounded apart (lower.traffic_floor), plus the traffic a job must send if it stays
 calm (lower.calm_crossing, charged by 1 - y), and M is at least 0, so adding them keeps a
@@ -59,7 +61,7 @@ from ortools.linear_solver import linear_solver_pb2, pywraplp
 
 from clavis.instance import Assignment, Instance
 from clavis.objectives import Bounds, Objectives, Weights, is_contended
-from clavis.placement.lower import _capacities, calm_crossing, traffic_floor
+from clavis.placement.lower import _capacities, calm_crossing, traffic_floor_by_job
 
 # Cost of an uncovered container in the restricted master: F spans about 1, so no
 # container is worth more. The Lagrangian bound stays valid whatever it is.
@@ -73,7 +75,9 @@ TURTLES = -1  # the rounding's key for a host template's turtle cores
 # keep list, or -1 for copies that are not residents).
 Item = tuple[float, int, int, int, int]
 # Cover pi, straggler lambda, resident mu (per unit) and nu (per host and unit).
-Duals = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+Duals = tuple[np.ndarray, ...]
+Ranked = tuple[tuple[int, ...], ...]  # per group: a host's residents in keep's order
+STAY_SHARE = 0.95  # of the C between residents that Stay rows hold
 FIXED_CHARGES = 4  # a host's charged jobs whose subsets pricing tries all; beyond, spread
 
 
@@ -123,6 +127,32 @@ class Straggler:
 
 
 @dataclass(frozen=True)
+class Stay:
+    """What a repack's talking jobs send if their residents stay (thesis-free, issue 12).
+
+    A flow between two residents that both stay keeps its link, so a job sends at least
+    the traffic between its kept residents. Per job and pair of hosts with its residents
+    (a *row*), with K_a = 1 when resident a stays (the columns of its host keeping it):
+    the row's bytes/s that stay are at least the sum over its residents of K_a times
+    their bytes/s to the other host, less the row's bytes/s (each pair counted from both
+    ends, so it is exact when all stay and never above the truth). A job's C is then at
+    least its rows' bytes times their links, and at least its floor plus its calm
+    crossing if calm, as before: the larger of the two."""
+
+    # All on F's scale (C weighted), which keeps the master's numbers near 1.
+    jobs: tuple[int, ...]
+    floor: tuple[float, ...]  # per job: its part of the traffic floor
+    penalty: tuple[float, ...]  # per job: what it sends if calm beyond that
+    upper: tuple[float, ...]  # per job: the most C it can send
+    row_job: tuple[int, ...]  # per row: its job (index into jobs)
+    row_cost: tuple[float, ...]  # per row: the C of all its pairs at the row's link
+    unit_job: tuple[int, ...]  # per straggler unit: its job's index here, or -1
+    unit_penalty: tuple[float, ...]  # per straggler unit: its share of the penalty
+    # Per host type, group and rank in keep: the resident's (row, C of its pairs there).
+    resident: tuple[tuple[tuple[tuple[tuple[int, float], ...], ...], ...], ...]
+
+
+@dataclass(frozen=True)
 class PoolProblem:
     types: tuple[HostType, ...]
     groups: tuple[PoolGroup, ...]
@@ -137,6 +167,8 @@ class PoolProblem:
     # Per host type: (unit, row) of each straggler unit with resident devils there; a
     # row keeps a contended pattern of that host keeping any of them within y.
     host_rows: tuple[tuple[tuple[int, int], ...], ...] = ()
+    stay: Stay | None = None
+    k_c: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -158,6 +190,7 @@ class PoolAnswer:
     lagging: frozenset[int]  # jobs whose share y is above one half there
     converged: bool
     y: tuple[float, ...] = ()  # the last master's straggler shares, per unit
+    traffic: float = 0.0  # the last master's C of the Stay jobs, weighted
 
 
 def prepare(
@@ -166,10 +199,12 @@ def prepare(
     limits: Bounds,
     *,
     up_only: bool = False,
+    stay: bool = True,
 ) -> PoolProblem | None:
     """The pool problem of an instance; None when nothing can run. ``up_only`` leaves
     out drained hosts (they may keep only their residents), for rounding: the problem is
-    then no relaxation and its value no bound (``restricted``)."""
+    then no relaxation and its value no bound (``restricted``). ``stay=False`` leaves
+    out the Stay rows of a repack (a smaller master that settles sooner)."""
     usable = _capacities(inst)
     restricted = up_only and any(inst.hosts[hi].state != "up" for hi, _ in usable)
     if up_only:
@@ -189,15 +224,19 @@ def prepare(
     # A calm job spreads its devils and pays traffic for it (lower.calm_crossing): charged
     # unless it lags, as the sum of penalty * (1 - y).
     crossing = calm_crossing(inst) if k_c > 0 else {}
-    units, penalties = [], 0.0
+    # With residents, a talking job's C is also bounded by what its residents that stay
+    # send (Stay): its floor and crossing go to the master as the other side of a max.
+    staying = _staying_jobs(inst) if stay and k_c > 0 and k_m > 0 else set()
+    units, shares, penalties = [], [], 0.0
     for job in sorted(parts):
         cores = sum(size * n for size, n in parts[job].items())
-        penalty = k_c * crossing.get(job, 0.0)
+        penalty = 0.0 if job in staying else k_c * crossing.get(job, 0.0)
         penalties += penalty
         for size, n in sorted(parts[job].items()):
             share = size * n / cores
             cost = share * (k_d * cores - penalty)
             units.append(Straggler(job, group_of[(size, True)], n, cost, share * penalty))
+            shares.append(share)
     # M: every resident moves unless its host's pattern keeps it (HostType.keep).
     unit_of = {(u.job, u.group): ui for ui, u in enumerate(units)}
     gains = _resident_gains(inst, group_of, unit_of, k_m) if k_m > 0 else {}
@@ -207,18 +246,33 @@ def prepare(
         h = inst.hosts[hi]
         kind = (cap, min(h.devil_tolerance, cap), h.idle_w - h.empty_w, h.slope_w)
         if hi in gains:
-            keep, of_unit = gains[hi]
+            keep, of_unit, _ = gains[hi]
             own.append(HostType(*kind, (hi,), keep, residents_only=h.state != "up", units=of_unit))
         else:
             kinds[kind].append(hi)
     types = tuple(HostType(c, t, s, r, tuple(hs)) for (c, t, s, r), hs in sorted(kinds.items()))
     types += tuple(own)
+    by_job = traffic_floor_by_job(inst) if k_c > 0 else {}
+    rows: Stay | None = None
+    if staying:
+        ranked = {ht.hosts[0]: (t, gains[ht.hosts[0]][2]) for t, ht in enumerate(types) if ht.keep}
+        rows = _stay(
+            inst,
+            staying,
+            units=units,
+            shares=shares,
+            ranked=ranked,
+            types=len(types),
+            by_job=by_job,
+            crossing=crossing,
+            k_c=k_c,
+        )
     floors = Objectives(
         P=k_p * sum(h.empty_w for h in inst.hosts),
         D=0.0,
-        C=k_c * traffic_floor(inst),
+        C=k_c * sum(v for job, v in by_job.items() if job not in staying),
         # Every resident moved is the most M can be; what the patterns keep comes off it.
-        M=sum(sum(sum(g) for g in keep) for keep, _ in gains.values()),
+        M=sum(sum(sum(g) for g in keep) for keep, _, _ in gains.values()),
     )
     constant = offset + sum(floors.as_tuple()) + penalties
     lo = limits.lo
@@ -229,7 +283,129 @@ def prepare(
         host_rows.append(tuple((u, row + k) for k, u in enumerate(here)))
         row += len(here)
     return PoolProblem(
-        types, groups, tuple(units), restricted, k_p, k_d, constant, floors, lows, tuple(host_rows)
+        types,
+        groups,
+        tuple(units),
+        restricted,
+        k_p,
+        k_d,
+        constant,
+        floors,
+        lows,
+        tuple(host_rows),
+        rows,
+        k_c,
+    )
+
+
+def _staying_jobs(inst: Instance) -> set[int]:
+    """Jobs with traffic between residents of different hosts."""
+    cur = inst.current
+    jobs = {
+        inst.containers[f.a].job
+        for f in inst.flows
+        if cur[f.a] is not None and cur[f.b] is not None and cur[f.a] != cur[f.b]
+    }
+    for u in inst.uniform:
+        if len({cur[m] for m in u.members if cur[m] is not None}) > 1:
+            jobs.add(inst.containers[u.members[0]].job)
+    return jobs
+
+
+def _stay(
+    inst: Instance,
+    staying: set[int],
+    *,
+    units: list[Straggler],
+    shares: list[float],
+    ranked: dict[int, tuple[int, Ranked]],
+    types: int,
+    by_job: dict[int, float],
+    crossing: dict[int, float],
+    k_c: float,
+) -> Stay:
+    """The Stay rows of a repack: ``ranked`` gives per host with residents its type and,
+    per group, its residents in keep's order."""
+    cur, racks = inst.current, [h.rack for h in inst.hosts]
+    jobs = tuple(sorted(staying))
+    index = {job: k for k, job in enumerate(jobs)}
+    most = max(inst.same_rack_cost, inst.cross_rack_cost)
+    sent: dict[int, float] = defaultdict(float)  # per job: all its bytes/s
+    rows: dict[tuple[int, int, int], int] = {}
+    row_bytes: list[float] = []
+    near: dict[int, dict[int, float]] = defaultdict(lambda: defaultdict(float))  # ci: row: B/s
+
+    def row(job: int, a: int, b: int) -> int:
+        key = (job, min(a, b), max(a, b))
+        if key not in rows:
+            rows[key] = len(row_bytes)
+            row_bytes.append(0.0)
+        return rows[key]
+
+    for f in inst.flows:
+        job = inst.containers[f.a].job
+        sent[job] += f.bytes_per_s
+        a, b = cur[f.a], cur[f.b]
+        if job in index and a is not None and b is not None and a != b:
+            r = row(job, a, b)
+            row_bytes[r] += f.bytes_per_s
+            near[f.a][r] += f.bytes_per_s
+            near[f.b][r] += f.bytes_per_s
+    for u in inst.uniform:
+        job = inst.containers[u.members[0]].job
+        sent[job] += u.bytes_per_s * u.pairs
+        if job not in index:
+            continue
+        on: dict[int, list[int]] = defaultdict(list)
+        for m in u.members:
+            if (h := cur[m]) is not None:
+                on[h].append(m)
+        for a, b in itertools.combinations(sorted(on), 2):
+            r = row(job, a, b)
+            row_bytes[r] += u.bytes_per_s * len(on[a]) * len(on[b])
+            for mine, other in ((on[a], on[b]), (on[b], on[a])):
+                for m in mine:
+                    near[m][r] += u.bytes_per_s * len(other)
+    keys = sorted(rows, key=lambda key: rows[key])
+    link = [
+        k_c * (inst.same_rack_cost if racks[a] == racks[b] else inst.cross_rack_cost)
+        for _job, a, b in keys
+    ]
+    # The master's time grows with its rows: the heaviest rows that hold STAY_SHARE of
+    # the C at stake, the rest left out (fewer rows only relax the bound).
+    cost = [c * b for c, b in zip(link, row_bytes, strict=True)]
+    order = sorted(range(len(keys)), key=lambda r: -cost[r])
+    total, held, new = sum(cost), 0.0, dict[int, int]()
+    for r in order:
+        if held >= STAY_SHARE * total:
+            break
+        new[r] = len(new)
+        held += cost[r]
+    kept_rows = sorted(new, key=lambda r: new[r])
+    resident: list[tuple[tuple[tuple[tuple[int, float], ...], ...], ...]] = [()] * types
+    for t, per_group in ranked.values():
+        resident[t] = tuple(
+            tuple(
+                tuple((new[r], link[r] * b) for r, b in sorted(near[ci].items()) if r in new)
+                for ci in cis
+            )
+            for cis in per_group
+        )
+    unit_job = tuple(index.get(u.job, -1) for u in units)
+    unit_penalty = tuple(
+        k_c * crossing.get(u.job, 0.0) * share if u.job in index else 0.0
+        for u, share in zip(units, shares, strict=True)
+    )
+    return Stay(
+        jobs,
+        tuple(k_c * by_job.get(job, 0.0) for job in jobs),
+        tuple(k_c * crossing.get(job, 0.0) for job in jobs),
+        tuple(k_c * most * sent[job] for job in jobs),
+        tuple(index[keys[r][0]] for r in kept_rows),
+        tuple(cost[r] for r in kept_rows),
+        unit_job,
+        unit_penalty,
+        tuple(resident),
     )
 
 
@@ -238,23 +414,25 @@ def _resident_gains(
     group_of: dict[tuple[int, bool], int],
     unit_of: dict[tuple[int, int], int],
     k_m: float,
-) -> dict[int, tuple[tuple[tuple[float, ...], ...], tuple[tuple[int, ...], ...]]]:
+) -> dict[int, tuple[tuple[tuple[float, ...], ...], tuple[tuple[int, ...], ...], Ranked]]:
     """Per host with residents: per group, the weighted bytes of its residents of that
-    group, largest first, and each one's straggler unit (-1 for a turtle)."""
-    per: dict[int, list[list[tuple[float, int]]]] = {}
+    group, largest first, each one's straggler unit (-1 for a turtle), and the
+    residents themselves in that order."""
+    per: dict[int, list[list[tuple[float, int, int]]]] = {}
     for ci, hi in enumerate(inst.current):
         if hi is None:
             continue
         c = inst.containers[ci]
         lists = per.setdefault(hi, [[] for _ in group_of])
         gi = group_of[(c.cores, c.devil)]
-        lists[gi].append((k_m * c.memory_bytes, unit_of.get((c.job, gi), -1)))
+        lists[gi].append((k_m * c.memory_bytes, unit_of.get((c.job, gi), -1), ci))
     out = {}
     for hi, lists in per.items():
-        ranked = [sorted(g, key=lambda gu: -gu[0]) for g in lists]
+        ranked = [sorted(g, key=lambda it: (-it[0], it[2])) for g in lists]
         out[hi] = (
-            tuple(tuple(gain for gain, _ in g) for g in ranked),
-            tuple(tuple(unit for _, unit in g) for g in ranked),
+            tuple(tuple(gain for gain, _, _ in g) for g in ranked),
+            tuple(tuple(unit for _, unit, _ in g) for g in ranked),
+            tuple(tuple(ci for _, _, ci in g) for g in ranked),
         )
     return out
 
@@ -324,7 +502,8 @@ def _price(pb: PoolProblem, t: int, duals: Duals) -> list[tuple[float, PoolColum
     """Columns of host type t with their reduced costs: the best contended pattern, the
     best calm one, and the best calm ones around a single devil of a few groups. A
     resident devil kept on a contended pattern is also charged its own job's dual."""
-    pi, lam, mu, nu = duals
+    pi, lam, mu, nu, _alpha, _beta, sigma = duals
+    charges = _stay_charges(pb, t, sigma)
     ht = pb.types[t]
     cap, tol = ht.cores, ht.tolerance
     turtles: list[Item] = []
@@ -335,7 +514,7 @@ def _price(pb: PoolProblem, t: int, duals: Duals) -> list[tuple[float, PoolColum
         if g.cores > cap:
             continue
         v = float(pi[gi]) - pb.k_p * ht.slope * g.cores
-        items = _copies(ht, gi, g.cores, v, len(g.members))
+        items = _copies(ht, gi, g.cores, v, len(g.members), charges=charges[gi] if charges else ())
         if not items:
             continue
         if g.devil:
@@ -409,12 +588,18 @@ def _contended(
     return float(chosen[at].best[ht.cores]) - fixed[at], counts, kept, False
 
 
-def _copies(ht: HostType, gi: int, cores: int, value: float, members: int) -> list[Item]:
+def _copies(
+    ht: HostType, gi: int, cores: int, value: float, members: int, *, charges: tuple[float, ...]
+) -> list[Item]:
     """Knapsack items of group gi on host type ht: each resident of the group its own
-    copy, worth what it saves by staying on top, then the rest of the group (none on a
-    drained host, which runs its residents only)."""
+    copy, worth what it saves by staying on top less what its staying traffic is
+    charged (Stay), then the rest of the group (none on a drained host, which runs its
+    residents only)."""
     gains = ht.keep[gi] if ht.keep else ()
-    out = [(value + gain, cores, 1, gi, rank) for rank, gain in enumerate(gains)]
+    out = [
+        (value + gain - (charges[rank] if charges else 0.0), cores, 1, gi, rank)
+        for rank, gain in enumerate(gains)
+    ]
     rest = 0 if ht.residents_only else members - len(gains)
     if rest > 0:
         out.append((value, cores, rest, gi, -1))
@@ -429,6 +614,28 @@ def _column(
     watts = pb.k_p * (ht.switch_on + ht.slope * busy)
     residents = tuple(sorted(kept))
     return PoolColumn(t, tuple(counts), calm, watts - ht.kept(residents), residents)
+
+
+def _stay_bytes(pb: PoolProblem, col: PoolColumn) -> dict[int, float]:
+    """Per Stay row, the bytes/s of the residents the column keeps there."""
+    out: dict[int, float] = defaultdict(float)
+    if pb.stay is None or not col.kept:
+        return out
+    per_group = pb.stay.resident[col.host_type]
+    for gi, rank in col.kept:
+        for r, b in per_group[gi][rank]:
+            out[r] += b
+    return out
+
+
+def _stay_charges(pb: PoolProblem, t: int, sigma: np.ndarray) -> tuple[tuple[float, ...], ...]:
+    """Per group and rank of host type t's residents: sigma times its Stay bytes."""
+    if pb.stay is None or not pb.stay.resident[t]:
+        return ()
+    return tuple(
+        tuple(sum(float(sigma[r]) * b for r, b in pairs) for pairs in ranks)
+        for ranks in pb.stay.resident[t]
+    )
 
 
 def _units_resident(pb: PoolProblem) -> list[int]:
@@ -486,9 +693,42 @@ class _Master:
             slack = lp.NumVar(0.0, inf, "")
             objective.SetCoefficient(slack, BIG)
             self.cover[gi].SetCoefficient(slack, 1.0)
+        self._stay_rows(pb.stay)
         self.objective = objective
         self.columns: list[PoolColumn] = []
         self.x: list[pywraplp.Variable] = []
+
+    def _stay_rows(self, st: Stay | None) -> None:
+        """Per Stay job its C (c, weighted k_c) at least its floor plus its crossing if
+        calm, and at least its rows' bytes that stay (z) times their links; per row, z
+        at least the kept residents' bytes less the row's."""
+        lp, inf = self.lp, self.lp.infinity()
+        objective = lp.Objective()
+        self.sent: list[pywraplp.Variable] = []
+        self.calm_row: list[pywraplp.Constraint] = []
+        self.link_row: list[pywraplp.Constraint] = []
+        self.stay_row: list[pywraplp.Constraint] = []
+        if st is None:
+            return
+        for k in range(len(st.jobs)):
+            c = lp.NumVar(0.0, st.upper[k], "")
+            objective.SetCoefficient(c, 1.0)
+            calm = lp.Constraint(st.floor[k] + st.penalty[k], inf)
+            calm.SetCoefficient(c, 1.0)
+            link = lp.Constraint(0.0, inf)
+            link.SetCoefficient(c, 1.0)
+            self.sent.append(c)
+            self.calm_row.append(calm)
+            self.link_row.append(link)
+        for ui, k in enumerate(st.unit_job):
+            if k >= 0:
+                self.calm_row[k].SetCoefficient(self.y[ui], st.unit_penalty[ui])
+        for r, k in enumerate(st.row_job):
+            z = lp.NumVar(0.0, st.row_cost[r], "")
+            self.link_row[k].SetCoefficient(z, -1.0)
+            row = lp.Constraint(-st.row_cost[r], inf)
+            row.SetCoefficient(z, 1.0)
+            self.stay_row.append(row)
 
     def add(self, col: PoolColumn) -> None:
         var = self.lp.NumVar(0.0, self.lp.infinity(), "")
@@ -505,6 +745,8 @@ class _Master:
         for ui, r in self.pb.host_rows[col.host_type] if units else ():
             if ui in units:
                 self.host_row[r].SetCoefficient(var, 1.0)
+        for r, b in _stay_bytes(self.pb, col).items():
+            self.stay_row[r].SetCoefficient(var, -b)
         self.columns.append(col)
         self.x.append(var)
 
@@ -528,7 +770,12 @@ class _Master:
             mu[ui] = max(0.0, -float(duals[at + r]))
         at += len(self.resident)
         nu = np.maximum(0.0, -duals[at : at + len(self.host_row)])
-        first = nj + ng  # variables: y, slacks, then columns in order
+        alpha = _duals_of(duals, self.calm_row)  # >= rows: their duals are >= 0
+        beta = _duals_of(duals, self.link_row)
+        sigma = _duals_of(duals, self.stay_row)
+        sent = values[nj + ng : nj + ng + len(self.sent)]
+        # variables: y, slacks, each Stay job's C, each row's z, then columns in order
+        first = nj + ng + len(self.sent) + len(self.stay_row)
         return _Solved(
             self.objective.Value(),
             duals[:ng].copy(),
@@ -538,7 +785,15 @@ class _Master:
             duals[ng : ng + nt].copy(),
             values[first:].copy(),
             values[:nj],
+            alpha,
+            beta,
+            sigma,
+            float(np.sum(sent)),
         )
+
+
+def _duals_of(duals: np.ndarray, rows: list[pywraplp.Constraint]) -> np.ndarray:
+    return np.maximum(0.0, duals[[row.index() for row in rows]]) if rows else np.zeros(0)
 
 
 @dataclass(frozen=True)
@@ -551,13 +806,21 @@ class _Solved:
     rho: np.ndarray  # host count duals, <= 0 per type
     x: np.ndarray  # per column
     y: np.ndarray  # per straggler share
+    alpha: np.ndarray  # per Stay job: its calm row's dual, >= 0
+    beta: np.ndarray  # per Stay job: its link row's dual, >= 0
+    sigma: np.ndarray  # per Stay row: its dual, >= 0
+    traffic: float  # the Stay jobs' C, weighted
+
+    @property
+    def duals(self) -> Duals:
+        return self.pi, self.lam, self.mu, self.nu, self.alpha, self.beta, self.sigma
 
 
 def _lagrangian(pb: PoolProblem, duals: Duals, best_rc: list[float]) -> float:
     """A lower bound valid for any duals pi and lambda, mu >= 0 (cover, straggler and
     resident rows relaxed; the host counts per type and y in [0, 1] kept), given each
     type's least reduced cost of a pattern without its count dual."""
-    pi, lam, mu, nu = duals
+    pi, lam, mu, nu, alpha, beta, sigma = duals
     if np.any(pi > BIG + EPS):  # an uncovered container would pay off: no bound
         return -math.inf
     value = float(np.dot(pi, [len(g.members) for g in pb.groups]))
@@ -566,9 +829,19 @@ def _lagrangian(pb: PoolProblem, duals: Duals, best_rc: list[float]) -> float:
     for here in pb.host_rows:
         for ui, r in here:
             rows[ui] += nu[r]
+    st = pb.stay
     for ui, unit in enumerate(pb.units):
         charge = (float(lam[unit.group]) + float(mu[ui])) * unit.devils + float(rows[ui])
+        if st is not None and st.unit_job[ui] >= 0:
+            charge += float(alpha[st.unit_job[ui]]) * st.unit_penalty[ui]
         value += min(0.0, unit.cost - charge)
+    if st is not None:
+        for k in range(len(st.jobs)):
+            a, b = float(alpha[k]), float(beta[k])
+            value += a * (st.floor[k] + st.penalty[k]) + min(0.0, 1.0 - a - b) * st.upper[k]
+        for r, k in enumerate(st.row_job):
+            s_r, w = float(sigma[r]), st.row_cost[r]
+            value += -s_r * w + min(0.0, float(beta[k]) - s_r) * w
     return value
 
 
@@ -584,8 +857,7 @@ FULL_EVERY = 8  # and every so many rounds all of them, which gives the bound
 
 def _between(center: Duals, out: Duals) -> Duals:
     a = SMOOTHING
-    pi, lam, mu, nu = (a * c + (1 - a) * o for c, o in zip(center, out, strict=True))
-    return pi, lam, mu, nu
+    return tuple(a * c + (1 - a) * o for c, o in zip(center, out, strict=True))
 
 
 def _enters(pb: PoolProblem, col: PoolColumn, last: _Solved | None) -> bool:
@@ -599,6 +871,7 @@ def _enters(pb: PoolProblem, col: PoolColumn, last: _Solved | None) -> bool:
         units = _resident_units(pb, col)
         rc += sum(float(last.mu[ui]) * n for ui, n in units.items())
         rc += sum(float(last.nu[r]) for ui, r in pb.host_rows[col.host_type] if ui in units)
+    rc += sum(float(last.sigma[r]) * b for r, b in _stay_bytes(pb, col).items())
     return rc < -EPS
 
 
@@ -616,10 +889,17 @@ def _pricing_window(types: int, offset: int, full: bool) -> list[int]:
     return [(offset + i) % types for i in range(size)]
 
 
-def solve(pb: PoolProblem, deadline: float) -> PoolAnswer:
-    """Column generation until no pattern prices out or the deadline (time.monotonic)."""
+def solve(pb: PoolProblem, deadline: float, start: tuple[PoolColumn, ...] = ()) -> PoolAnswer:
+    """Column generation until no pattern prices out or the deadline (time.monotonic),
+    from the ``start`` columns if any (another answer's of the same instance: the
+    patterns are the same, only the rows differ)."""
     master = _Master(pb)
     seen: set[tuple[int, tuple[int, ...], bool, tuple[tuple[int, int], ...]]] = set()
+    for col in start:
+        key = (col.host_type, col.counts, col.calm, col.kept)
+        if key not in seen:
+            seen.add(key)
+            master.add(col)
     best, rounds, converged = -math.inf, 0, False
     last: _Solved | None = None
     center: Duals | None = None  # duals of the best bound so far
@@ -634,10 +914,12 @@ def solve(pb: PoolProblem, deadline: float) -> PoolAnswer:
         out: Duals
         if last is None:
             rows = sum(len(here) for here in pb.host_rows)
-            zeros = np.zeros(len(pb.groups)), np.zeros(len(pb.units)), np.zeros(rows)
-            out = (np.full(len(pb.groups), BIG), *zeros)
+            jobs = len(pb.stay.jobs) if pb.stay else 0
+            stays = len(pb.stay.row_job) if pb.stay else 0
+            sizes = (len(pb.groups), len(pb.units), rows, jobs, jobs, stays)
+            out = (np.full(len(pb.groups), BIG), *(np.zeros(n) for n in sizes))
         else:
-            out = (last.pi, last.lam, last.mu, last.nu)
+            out = last.duals
         # Wentges smoothing: price at a point between the master's duals and those of
         # the best bound so far, which damps the duals' swings; if that finds no column
         # the master's duals would take (a mispricing), price at the master's own.
@@ -684,6 +966,7 @@ def solve(pb: PoolProblem, deadline: float) -> PoolAnswer:
         lagging,
         converged,
         tuple(float(v) for v in last.y),
+        last.traffic,
     )
 
 
@@ -706,7 +989,7 @@ def terms(pb: PoolProblem, answer: PoolAnswer) -> Objectives | None:
     return Objectives(
         P=f.P + watts - lo.P,
         D=lagging - lo.D,
-        C=f.C + calm_traffic - lo.C,
+        C=f.C + calm_traffic + answer.traffic - lo.C,
         M=f.M - kept - lo.M,
     )
 
