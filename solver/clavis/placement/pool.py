@@ -128,7 +128,8 @@ class Straggler:
 
 @dataclass(frozen=True)
 class Stay:
-    """What a repack's talking jobs send if their residents stay (thesis-free, issue 12).
+    """What a repack's talking jobs send if their residents stay (issue 12; the thesis has
+    no M, so no repack).
 
     A flow between two residents that both stay keeps its link, so a job sends at least
     the traffic between its kept residents. Per job and pair of hosts with its residents
@@ -617,7 +618,7 @@ def _column(
 
 
 def _stay_bytes(pb: PoolProblem, col: PoolColumn) -> dict[int, float]:
-    """Per Stay row, the bytes/s of the residents the column keeps there."""
+    """Per Stay row, what the residents the column keeps send there (C, weighted)."""
     out: dict[int, float] = defaultdict(float)
     if pb.stay is None or not col.kept:
         return out
@@ -638,7 +639,7 @@ def _stay_charges(pb: PoolProblem, t: int, sigma: np.ndarray) -> tuple[tuple[flo
     )
 
 
-def _units_resident(pb: PoolProblem) -> list[int]:
+def _units_with_residents(pb: PoolProblem) -> list[int]:
     """The straggler units with a resident devil on some host."""
     return sorted({u for ht in pb.types for units in ht.units for u in units if u >= 0})
 
@@ -658,7 +659,10 @@ class _Master:
     """The restricted master LP, kept in one GLOP model that grows by columns and
     re-solves from its last basis: columns, the straggler shares y and an uncovered slack
     per group (cost BIG) under cover rows (=), at most the hosts of each type, and per
-    devil group its copies on contended columns within the devils its shares let lag."""
+    devil group its copies on contended columns within the devils its shares let lag. In
+    a repack also: per share, its own resident devils kept on contended columns within
+    it, per host and share a contended column keeping any of them at most it, and the
+    Stay rows (_stay_rows)."""
 
     def __init__(self, pb: PoolProblem) -> None:
         self.pb = pb
@@ -672,7 +676,7 @@ class _Master:
         self.straggle = {gi: lp.Constraint(-inf, 0.0) for gi, g in enumerate(pb.groups) if g.devil}
         # A resident devil that stays on a contended host makes its own job lag: per
         # unit with residents, those kept on contended columns within its share.
-        self.resident = {ui: lp.Constraint(-inf, 0.0) for ui in _units_resident(pb)}
+        self.resident = {ui: lp.Constraint(-inf, 0.0) for ui in _units_with_residents(pb)}
         # And one that stays on its contended host makes it lag whole: per host and unit,
         # the host's contended patterns keeping any of them within the unit's share.
         rows = [(t, u) for t, here in enumerate(pb.host_rows) for u, _ in here]
@@ -699,9 +703,9 @@ class _Master:
         self.x: list[pywraplp.Variable] = []
 
     def _stay_rows(self, st: Stay | None) -> None:
-        """Per Stay job its C (c, weighted k_c) at least its floor plus its crossing if
-        calm, and at least its rows' bytes that stay (z) times their links; per row, z
-        at least the kept residents' bytes less the row's."""
+        """Per Stay job its C (c, weighted like all of Stay) at least its floor plus its
+        crossing if calm, and at least what its rows keep (z); per row, z at least what
+        its kept residents send there less what all its pairs send."""
         lp, inf = self.lp, self.lp.infinity()
         objective = lp.Objective()
         self.sent: list[pywraplp.Variable] = []
