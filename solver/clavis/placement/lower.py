@@ -523,13 +523,9 @@ def _apart(
     return list(taken)
 
 
-def _cut_uniform(inst: Instance, capacity: int) -> float:
-    """The same bound for all-to-all traffic, counted by container size (no pair list)."""
-    return sum(_cut_entry(inst, u, capacity) for u in inst.uniform)
-
-
 def _cut_entry(inst: Instance, u: UniformTraffic, capacity: int) -> float:
-    """_cut_uniform for one all-to-all entry."""
+    """_cut_flows' bound for one all-to-all entry, counted by container size (it has no
+    pair list)."""
     sizes = Counter(inst.containers[m].cores for m in u.members)
     if sum(c * k for c, k in sizes.items()) <= capacity:
         return 0.0
@@ -760,15 +756,16 @@ def traffic_floor_by_job(inst: Instance) -> dict[int, float]:
     rack_cap = max(_racks(inst, usable)[1].values())
     cr, cx = inst.same_rack_cost, inst.cross_rack_cost
     racks = len({h.rack for h in inst.hosts}) > 1 and cx >= cr
+    per_host = host_cost(inst)
     out: dict[int, float] = defaultdict(float)
     for comp in components(inst):
         # A flow across racks also crosses hosts: cost cr, plus cx - cr for leaving the rack.
-        out[comp.job] += host_cost(inst) * _cut_flows([comp], host_cap)
+        out[comp.job] += per_host * _cut_flows([comp], host_cap)
         if racks:
             out[comp.job] += (cx - cr) * _cut_flows([comp], rack_cap)
     for u in inst.uniform:
         job = inst.containers[u.members[0]].job
-        out[job] += host_cost(inst) * _cut_entry(inst, u, host_cap)
+        out[job] += per_host * _cut_entry(inst, u, host_cap)
         if racks:
             out[job] += (cx - cr) * _cut_entry(inst, u, rack_cap)
     return dict(out)
