@@ -339,16 +339,24 @@ def _fragmented(
     for keep, job in arrivals:
         if running and rng.random() < 0.5:
             leave(running.pop(rng.randrange(len(running))))
+        placed: list[tuple[str, int]] = []
         for cname, cores in job:
             host = fit.first(cores)
             while host is None and running:
                 leave(running.pop(rng.randrange(len(running))))
                 host = fit.first(cores)
+            if host is None and not keep:
+                # A transient job the holes cannot take stays in Slurm's queue: it never
+                # ran (small clusters, where the snapshot's jobs leave few whole hosts).
+                leave(placed)
+                placed = []
+                break
             if host is None:
                 raise ValueError(f"container {cname} ({cores} cores) fits on no host")
             fit.add(host, -cores)
             where[cname] = host
-        if not keep:
+            placed.append((cname, cores))
+        if not keep and placed:
             running.append(job)
     for job in running:
         leave(job)

@@ -11,7 +11,7 @@ from ortools.sat.python import cp_model
 
 from clavis.instance import Instance, build_instance
 from clavis.objectives import Weights, bounds, score, violations
-from clavis.placement import SolveOptions, hostlns, place
+from clavis.placement import SolveOptions, hostlns, place, pool
 from clavis.placement import bound as rack
 from clavis.placement.cpsat import warm_start
 from clavis.realistic import RealisticSpec, generate
@@ -106,3 +106,20 @@ def test_cpsat_searches_hosts_when_there_is_no_rack_problem() -> None:
     assert violations(inst, got.assignment) == []
     assert got.score.F < score(inst, warm, w, limits).F
     assert got.seconds <= 4 * 1.05 + 0.5
+
+
+def test_a_small_repack_keeps_the_pool_bound_when_cp_sat_builds_its_model() -> None:
+    # 32 hosts: small enough for the per-host model, which once took the whole budget and
+    # left the repack's deferred pool bound no turn (bound 0.116, the pool's 0.181).
+    cluster, workload, current = generate(RealisticSpec(hosts=32, seed=1, current=True)).models()
+    inst = build_instance(cluster, workload, current)
+    w = Weights(2, 2, 5, 7)
+    limits = bounds(inst)
+    problem = pool.prepare(inst, w, limits)
+    assert problem is not None
+    proved = pool.solve(problem, time.monotonic() + 10).bound
+    got = place("cpsat", inst, w, SolveOptions(time_limit=3, seed=0))
+    assert got.score is not None and got.bound is not None
+    assert not any("skipped" in note for note in got.notes)  # the per-host turn ran
+    assert got.bound >= proved - 1e-6
+    assert got.bound <= got.score.F + 1e-9
