@@ -134,6 +134,11 @@ POOL_END_SHARE = 0.5
 # a 10 s repack stopped it after 1.5 s (bound 0.212 for 0.264 settled, seed 1); the
 # search it waits for gained 0.0004 of F in those seconds.
 POOL_BOUND_SHARE = 0.45
+# Of what a repack's pool window has left after its Stay bound, the per-job trade
+# floors (tradeoff.py) take at most this share and the solve with their rows the rest.
+# Small repacks gain (32 hosts: 0.1545 -> 0.1763); at 1,024 hosts the 60 s window has
+# room for them (about 3 s, no row), the 10 s one none.
+TRADE_SHARE = 0.5
 # Exchanging alike hosts' contents to bring jobs into racks (regroup.py) after it ends by
 # this share.
 REGROUP_END_SHARE = 0.6
@@ -563,7 +568,9 @@ def _pool_turn(
         # stay (pool.Stay): a larger master, started from the first one's patterns.
         tighter = pool.prepare(inst, weights, limits)
         if tighter is not None and tighter.stay is not None and time.monotonic() < deadline:
-            floor = max(floor, pool.solve(tighter, deadline, start=answer.columns).bound)
+            answer = pool.solve(tighter, deadline, start=answer.columns)
+            floor = max(floor, answer.bound)
+            floor = max(floor, _traded_bound(inst, weights, limits, answer, deadline))
         return floor, hint, start, None
     # Drained hosts may keep only their residents: the placement uses up hosts only.
     placing: pool.PoolProblem | None = relaxed
@@ -593,6 +600,21 @@ def _pool_turn(
     if best is not hint:
         watch.offer(got.F, floor)
     return floor, best, got, other
+
+
+def _traded_bound(
+    inst: Instance, weights: Weights, limits: Bounds, answer: pool.PoolAnswer, deadline: float
+) -> float:
+    """The repack bound once more with trade rows (tradeoff.py), in what the window has
+    left after the Stay bound: a share of it to prove each small talking job's least C
+    and M, the rest to solve again from the last patterns; 0 if no job gains a row."""
+    now = time.monotonic()
+    if now >= deadline:
+        return 0.0
+    traded = pool.prepare(inst, weights, limits, trade_until=now + TRADE_SHARE * (deadline - now))
+    if traded is None or traded.stay is None or not traded.stay.trade:
+        return 0.0
+    return pool.solve(traded, deadline, start=answer.columns).bound
 
 
 def _roundings(

@@ -61,6 +61,7 @@ from ortools.linear_solver import linear_solver_pb2, pywraplp
 
 from clavis.instance import Assignment, Instance
 from clavis.objectives import Bounds, Objectives, Weights, is_contended
+from clavis.placement import tradeoff
 from clavis.placement.lower import _capacities, calm_crossing, traffic_floor_by_job
 
 # Cost of an uncovered container in the restricted master: F spans about 1, so no
@@ -78,6 +79,10 @@ Item = tuple[float, int, int, int, int]
 Duals = tuple[np.ndarray, ...]
 Ranked = tuple[tuple[int, ...], ...]  # per group: a host's residents in keep's order
 STAY_SHARE = 0.95  # of the C between residents that Stay rows hold
+# A job gets a trade row (tradeoff.py: about a second of CP-SAT for a 16-container job)
+# only if its Stay rows hold this share of the C they all hold: at 1,024 hosts the small
+# jobs' rows raised the bound by 0.0001 in 20 s, at 32 hosts by up to 0.022.
+TRADE_MIN_SHARE = 0.01
 FIXED_CHARGES = 4  # a host's charged jobs whose subsets pricing tries all; beyond, spread
 
 
@@ -149,8 +154,12 @@ class Stay:
     row_cost: tuple[float, ...]  # per row: the C of all its pairs at the row's link
     unit_job: tuple[int, ...]  # per straggler unit: its job's index here, or -1
     unit_penalty: tuple[float, ...]  # per straggler unit: its share of the penalty
-    # Per host type, group and rank in keep: the resident's (row, C of its pairs there).
+    # Per host type, group and rank in keep: the resident's (row, C of its pairs there),
+    # and (trade row, its weighted memory) if its job has a trade row.
     resident: tuple[tuple[tuple[tuple[tuple[int, float], ...], ...], ...], ...]
+    # Trade rows (tradeoff.py), numbered after the rows above: per row its job and the
+    # least C + M that job can pay less all its residents' M, c - sum(K_a * M_a) >= it.
+    trade: tuple[tuple[int, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -201,11 +210,14 @@ def prepare(
     *,
     up_only: bool = False,
     stay: bool = True,
+    trade_until: float | None = None,
 ) -> PoolProblem | None:
     """The pool problem of an instance; None when nothing can run. ``up_only`` leaves
     out drained hosts (they may keep only their residents), for rounding: the problem is
     then no relaxation and its value no bound (``restricted``). ``stay=False`` leaves
-    out the Stay rows of a repack (a smaller master that settles sooner)."""
+    out the Stay rows of a repack (a smaller master that settles sooner); with
+    ``trade_until`` (time.monotonic) the Stay jobs also get trade rows, as many as
+    tradeoff.job_floor proves by then."""
     usable = _capacities(inst)
     restricted = up_only and any(inst.hosts[hi].state != "up" for hi, _ in usable)
     if up_only:
@@ -267,6 +279,8 @@ def prepare(
             by_job=by_job,
             crossing=crossing,
             k_c=k_c,
+            k_m=k_m,
+            trade_until=trade_until,
         )
     floors = Objectives(
         P=k_p * sum(h.empty_w for h in inst.hosts),
@@ -324,6 +338,8 @@ def _stay(
     by_job: dict[int, float],
     crossing: dict[int, float],
     k_c: float,
+    k_m: float = 0.0,
+    trade_until: float | None = None,
 ) -> Stay:
     """The Stay rows of a repack: ``ranked`` gives per host with residents its type and,
     per group, its residents in keep's order."""
@@ -383,11 +399,32 @@ def _stay(
         new[r] = len(new)
         held += cost[r]
     kept_rows = sorted(new, key=lambda r: new[r])
+    floor = [k_c * by_job.get(job, 0.0) for job in jobs]
+    penalty = [k_c * crossing.get(job, 0.0) for job in jobs]
+    trade: list[tuple[int, float]] = []
+    trade_row: dict[int, int] = {}  # job index: its trade row, numbered after the others
+    if trade_until is not None:
+        at_stake: dict[int, float] = defaultdict(float)
+        for r in kept_rows:
+            at_stake[index[keys[r][0]]] += cost[r]
+        moved: dict[int, float] = defaultdict(float)  # per job: all its residents' M
+        for ci, hi in enumerate(cur):
+            if hi is not None and inst.containers[ci].job in index:
+                moved[index[inst.containers[ci].job]] += k_m * inst.containers[ci].memory_bytes
+        enough = TRADE_MIN_SHARE * sum(at_stake.values())
+        for k in sorted(at_stake, key=lambda k: -at_stake[k]):  # most C at stake first
+            if at_stake[k] < enough:
+                break
+            least = tradeoff.job_floor(inst, jobs[k], k_c, k_m, trade_until)
+            if least is not None and least > floor[k] + penalty[k] + EPS:
+                trade_row[k] = len(new) + len(trade)
+                trade.append((k, least - moved[k]))
     resident: list[tuple[tuple[tuple[tuple[int, float], ...], ...], ...]] = [()] * types
     for t, per_group in ranked.values():
         resident[t] = tuple(
             tuple(
                 tuple((new[r], link[r] * b) for r, b in sorted(near[ci].items()) if r in new)
+                + _traded(inst, ci, index, trade_row, k_m)
                 for ci in cis
             )
             for cis in per_group
@@ -399,15 +436,26 @@ def _stay(
     )
     return Stay(
         jobs,
-        tuple(k_c * by_job.get(job, 0.0) for job in jobs),
-        tuple(k_c * crossing.get(job, 0.0) for job in jobs),
+        tuple(floor),
+        tuple(penalty),
         tuple(k_c * most * sent[job] for job in jobs),
         tuple(index[keys[r][0]] for r in kept_rows),
         tuple(cost[r] for r in kept_rows),
         unit_job,
         unit_penalty,
         tuple(resident),
+        tuple(trade),
     )
+
+
+def _traded(
+    inst: Instance, ci: int, index: dict[int, int], trade_row: dict[int, int], k_m: float
+) -> tuple[tuple[int, float], ...]:
+    """A resident's (trade row, weighted memory) if its job has a trade row."""
+    k = index.get(inst.containers[ci].job)
+    if k is None or k not in trade_row:
+        return ()
+    return ((trade_row[k], k_m * inst.containers[ci].memory_bytes),)
 
 
 def _resident_gains(
@@ -733,6 +781,12 @@ class _Master:
             row = lp.Constraint(-st.row_cost[r], inf)
             row.SetCoefficient(z, 1.0)
             self.stay_row.append(row)
+        # Trade rows: c less what the job's kept residents save at least its least C + M
+        # less all its residents' M (the columns' coefficients come with _stay_bytes).
+        for k, least in st.trade:
+            row = lp.Constraint(least, inf)
+            row.SetCoefficient(self.sent[k], 1.0)
+            self.stay_row.append(row)
 
     def add(self, col: PoolColumn) -> None:
         var = self.lp.NumVar(0.0, self.lp.infinity(), "")
@@ -779,7 +833,8 @@ class _Master:
         sigma = _duals_of(duals, self.stay_row)
         sent = values[nj + ng : nj + ng + len(self.sent)]
         # variables: y, slacks, each Stay job's C, each row's z, then columns in order
-        first = nj + ng + len(self.sent) + len(self.stay_row)
+        links = len(self.pb.stay.row_job) if self.pb.stay is not None else 0
+        first = nj + ng + len(self.sent) + links
         return _Solved(
             self.objective.Value(),
             duals[:ng].copy(),
@@ -840,9 +895,15 @@ def _lagrangian(pb: PoolProblem, duals: Duals, best_rc: list[float]) -> float:
             charge += float(alpha[st.unit_job[ui]]) * st.unit_penalty[ui]
         value += min(0.0, unit.cost - charge)
     if st is not None:
+        traded = np.zeros(len(st.jobs))
+        for i, (k, least) in enumerate(st.trade):
+            t_i = float(sigma[len(st.row_job) + i])
+            traded[k] += t_i
+            value += t_i * least
         for k in range(len(st.jobs)):
             a, b = float(alpha[k]), float(beta[k])
-            value += a * (st.floor[k] + st.penalty[k]) + min(0.0, 1.0 - a - b) * st.upper[k]
+            value += a * (st.floor[k] + st.penalty[k])
+            value += min(0.0, 1.0 - a - b - float(traded[k])) * st.upper[k]
         for r, k in enumerate(st.row_job):
             s_r, w = float(sigma[r]), st.row_cost[r]
             value += -s_r * w + min(0.0, float(beta[k]) - s_r) * w
@@ -919,7 +980,7 @@ def solve(pb: PoolProblem, deadline: float, start: tuple[PoolColumn, ...] = ()) 
         if last is None:
             rows = sum(len(here) for here in pb.host_rows)
             jobs = len(pb.stay.jobs) if pb.stay else 0
-            stays = len(pb.stay.row_job) if pb.stay else 0
+            stays = len(pb.stay.row_job) + len(pb.stay.trade) if pb.stay else 0
             sizes = (len(pb.groups), len(pb.units), rows, jobs, jobs, stays)
             out = (np.full(len(pb.groups), BIG), *(np.zeros(n) for n in sizes))
         else:
