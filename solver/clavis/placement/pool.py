@@ -416,7 +416,7 @@ def _stay(
             if at_stake[k] < enough:
                 break
             least = tradeoff.job_floor(inst, jobs[k], k_c, k_m, trade_until)
-            if least is not None and least > floor[k] + penalty[k] + EPS:
+            if least is not None and least > floor[k] + EPS:
                 trade_row[k] = len(new) + len(trade)
                 trade.append((k, least - moved[k]))
     resident: list[tuple[tuple[tuple[tuple[int, float], ...], ...], ...]] = [()] * types
