@@ -18,7 +18,7 @@ bound of any run). Per run: own proven gap (F - bound)/F, gap to the best bound,
 share of random search's excess over the best bound that the method removes,
 (F_random - F) / (F_random - best bound), random at the same limit (1 = at the bound).
 
-    python bench/solver/realistic_bench.py [--quick]      # full: about 20 min; quick: 2
+    python bench/solver/realistic_bench.py [--quick]      # full: about 45 min; quick: 2
     python bench/solver/realistic_bench.py --render        # the docs section from stored runs
 """
 
@@ -116,6 +116,13 @@ def plan(quick: bool) -> list[tuple[Shape, list[tuple[str, float]]]]:
         (Shape("realistic", 1024, 4096, seed, cur), every((10.0, 60.0)))
         for cur in (False, True)
         for seed in (1, 2, 3, 4)
+    ]
+    # Small repacks, where the per-host model is built and the pool is most of the bound
+    # (seeds other than those the trade rows were developed on, 1, 2, 4 and 5).
+    out += [
+        (Shape("realistic", hosts, 4 * hosts, seed, True), [*every((10.0,)), ("cpsat", 60.0)])
+        for hosts in (32, 128)
+        for seed in (6, 7, 8, 9)
     ]
     out += [
         (Shape("realistic", 4096, 16384, 1, False), every((60.0,))),
