@@ -15,7 +15,15 @@ from test_lower import _tight, drained_cases, enumerated_cases
 
 from clavis.instance import Assignment, Instance, build_instance
 from clavis.model import Cluster, Workload
-from clavis.objectives import Weights, bounds, evaluate, score, straggling_jobs, violations
+from clavis.objectives import (
+    Bounds,
+    Weights,
+    bounds,
+    evaluate,
+    score,
+    straggling_jobs,
+    violations,
+)
 from clavis.placement import lower, pool
 from clavis.placement.baselines import corerr, random_assignment
 from clavis.placement.exact import TooLargeError, feasible_assignments
@@ -487,10 +495,9 @@ def test_a_repack_bound_charges_what_talking_residents_send_if_they_stay() -> No
         )
 
 
-def test_repack_bounds_with_stay_rows_never_exceed_the_enumerated_optimum() -> None:
-    # Tight random instances with traffic, a random current placement and C and M both
-    # weighted: the Stay rows (and the resident rows) must never cut off the optimum.
-    checked = staying = tighter = 0
+def _enumerated_repacks() -> Iterator[tuple[Instance, Weights, Bounds, float]]:
+    """Tight random instances with traffic, a random current placement, C and M both
+    weighted, and their optimum by enumeration."""
     for seed in range(300):
         rng = random.Random(1000 + seed)
         inst = _tight(rng)
@@ -508,11 +515,17 @@ def test_repack_bounds_with_stay_rows_never_exceed_the_enumerated_optimum() -> N
             rng.randint(0, 5), 1 + rng.randint(0, 5), 1 + rng.randint(0, 5), 1 + rng.randint(0, 5)
         )
         limits = bounds(inst)
-        optimum = min(score(inst, a, w, limits).F for a in placements)
+        yield inst, w, limits, min(score(inst, a, w, limits).F for a in placements)
+
+
+def test_repack_bounds_with_stay_rows_never_exceed_the_enumerated_optimum() -> None:
+    # The Stay rows (and the resident rows) must never cut off the optimum.
+    checked = staying = tighter = 0
+    for inst, w, limits, optimum in _enumerated_repacks():
         pb = pool.prepare(inst, w, limits)
         assert pb is not None
         got = pool.solve(pb, time.monotonic() + 5)
-        assert got.bound <= optimum + 1e-9, (seed, got.bound, optimum)
+        assert got.bound <= optimum + 1e-9, (got.bound, optimum)
         checked += 1
         if pb.stay is not None:
             staying += 1
@@ -524,31 +537,14 @@ def test_repack_bounds_with_stay_rows_never_exceed_the_enumerated_optimum() -> N
 
 
 def test_repack_bounds_with_trade_rows_never_exceed_the_enumerated_optimum() -> None:
-    # The same enumerated instances with trade rows (tradeoff.py): each job's proven least
-    # C + M must never cut off the optimum, and on some it must prove more than Stay.
+    # With trade rows (tradeoff.py) too: each job's proven least C + M must never cut off
+    # the optimum, and on some instances it must prove more than the Stay rows alone.
     checked = traded = tighter = 0
-    for seed in range(300):
-        rng = random.Random(1000 + seed)
-        inst = _tight(rng)
-        cur = None if inst is None else random_assignment(inst, rng)
-        if inst is None or cur is None:
-            continue
-        inst = dataclasses.replace(inst, current=tuple(cur))
-        try:
-            placements = feasible_assignments(inst, max_leaves=20_000)
-        except TooLargeError:
-            continue
-        if not placements:
-            continue
-        w = Weights(
-            rng.randint(0, 5), 1 + rng.randint(0, 5), 1 + rng.randint(0, 5), 1 + rng.randint(0, 5)
-        )
-        limits = bounds(inst)
-        optimum = min(score(inst, a, w, limits).F for a in placements)
+    for inst, w, limits, optimum in _enumerated_repacks():
         pb = pool.prepare(inst, w, limits, trade_until=time.monotonic() + 5)
         assert pb is not None
         got = pool.solve(pb, time.monotonic() + 5)
-        assert got.bound <= optimum + 1e-9, (seed, got.bound, optimum)
+        assert got.bound <= optimum + 1e-9, (got.bound, optimum)
         checked += 1
         if pb.stay is not None and pb.stay.trade:
             traded += 1
