@@ -723,8 +723,7 @@ def solve(
             watch=watch,
         )
     else:
-        share = RACK_SHARE_AFTER_CPSAT if proving else 1.0
-        share = PER_HOST_SHARE_IN_REPACK if deferred else share
+        share = PER_HOST_SHARE_IN_REPACK if deferred else RACK_SHARE_AFTER_CPSAT if proving else 1.0
         turn = guard.until(options.time_limit * (1 - share))
         # A repack small enough for it gets the per-container model: 32 hosts, 10 s,
         # seeds 6-9, F summed over the four 1.004 with the aggregated model, 0.984 so
@@ -742,7 +741,6 @@ def solve(
             guard=turn,
             symmetric=symmetric and not per_container,
         )
-
     if out.note:
         notes.append(out.note)
     status, assignment, bound = out.status, out.assignment, out.bound

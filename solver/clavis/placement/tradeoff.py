@@ -128,10 +128,12 @@ def job_floor(inst: Instance, job: int, k_c: float, k_m: float, deadline: float)
     if len(cis) > MAX_CONTAINERS or len(cis) < 2 or time.monotonic() >= deadline:
         return None
     flows = _flows(inst, cis)
+    if not flows:
+        return None
     places = _places(inst, cis)
     model = cp_model.CpModel()
     x = _choices(inst, model, cis, places)
-    if not flows or x is None:
+    if x is None:
         return None
     same, cross = inst.same_rack_cost, inst.cross_rack_cost
     largest = sum(flows.values()) * max(same, cross) * k_c
