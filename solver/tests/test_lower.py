@@ -468,3 +468,47 @@ def test_a_calm_all_to_all_of_devils_pays_for_leaving_its_racks() -> None:
     assert lower.calm_crossing(inst) == {0: pytest.approx(2 * pair + 12 * pair)}
     calm = [a for a in feasible_assignments(inst) if not straggling_jobs(inst, a)]
     assert min(evaluate(inst, a).C for a in calm) == pytest.approx(2 * pair + 4 * pair * 4)
+
+
+def test_a_calm_job_loses_its_devil_pairs_and_each_turtles_extra_devils_whole() -> None:
+    # Three one-core devils talking in a triangle and a 2-core turtle talking to all
+    # three, on 4-core hosts that tolerate one devil core: calm, each devil has a host
+    # of its own (3 flows cross) and the turtle joins one of them (2 more). Each
+    # container loses 2 flows, so half their sum says 4 and no two of them are apart;
+    # counted by class (devil pairs, then each turtle's devil flows beyond one) it is 5.
+    w = 5.0
+    devils = [container(f"d{i}", 1, mpki=20) for i in range(3)]
+    pairs = [("d0", "d1"), ("d1", "d2"), ("d0", "d2"), ("t", "d0"), ("t", "d1"), ("t", "d2")]
+    talk = [{"src": a, "dst": b, "bytes_per_s": w} for a, b in pairs]
+    inst = instance(
+        [host(f"h{i}", cores=4, domains=1) for i in range(3)],
+        [{"name": "j", "containers": [*devils, container("t", 2)], "traffic": talk}],
+    )
+    floor = lower.traffic_floor(inst)
+    assert floor < 2 * w  # one host holds them all when nothing need be calm
+    assert floor + lower.calm_crossing(inst)[0] == pytest.approx(5 * w)
+    calm = [a for a in feasible_assignments(inst) if not straggling_jobs(inst, a)]
+    assert min(evaluate(inst, a).C for a in calm) == pytest.approx(5 * w)
+
+
+@pytest.mark.parametrize("chunk", range(2))
+def test_class_losses_never_exceed_what_calm_placements_send(chunk: int) -> None:
+    seen = 0
+    for _seed, inst, placements, _w in enumerated_cases(range(chunk * 60, chunk * 60 + 60)):
+        usable = lower._capacities(inst)
+        smallest: dict[int, int] = {}
+        for c in inst.containers:
+            if c.devil:
+                smallest[c.job] = min(smallest.get(c.job, c.cores), c.cores)
+        tol = max(inst.hosts[hi].devil_tolerance for hi, _ in usable)
+        for job, least in lower._class_losses(inst, tol, smallest).items():
+            flows = [f for f in inst.flows if inst.containers[f.a].job == job]
+            sent = [
+                sum(f.bytes_per_s for f in flows if a[f.a] != a[f.b])
+                for a in placements
+                if job not in straggling_jobs(inst, a)
+            ]
+            if sent:
+                seen += 1
+                assert min(sent) >= least - 1e-6 * max(1.0, least)
+    assert seen > 0
