@@ -37,6 +37,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from report import describe, machine, write_json, write_section
@@ -59,13 +60,16 @@ class Shape:
 
     family: str  # "realistic" | "table53"
     hosts: int
-    containers: int
+    containers: int  # 0: as many as VARIANTS[variant] fills
     seed: int
     current: bool
+    variant: str = ""  # a key of VARIANTS: a cluster shaped unlike the main bench's
 
     @property
     def key(self) -> str:
         cur = "cur" if self.current else "nocur"
+        if self.variant:
+            return f"{self.variant}-{self.hosts}-s{self.seed}-{cur}"
         return f"{self.family}-{self.hosts}-{self.containers}-s{self.seed}-{cur}"
 
     @property
@@ -132,6 +136,38 @@ def plan(quick: bool) -> list[tuple[Shape, list[tuple[str, float]]]]:
     return out
 
 
+# Clusters unlike the main bench's (half the cores busy, racks of 36-42 hosts of mixed
+# types): how full, how racked, how uniform. Name: (what it is, RealisticSpec fields).
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "busy": ("80% of cores busy", {"utilisation": 0.8}),
+    "fuller": ("90% of cores busy", {"utilisation": 0.9}),
+    "quiet": ("30% of cores busy", {"utilisation": 0.3}),
+    "small-racks": ("racks of 8-12 hosts", {"rack_hosts": (8, 12)}),
+    "one-rack": ("one rack, mostly one host type", {"rack_hosts": (300, 300)}),
+    "noisy-power": ("per-host watts 30% apart", {"power_noise": 0.3}),
+    "settled": ("no churn before the snapshot", {"churn": 0.0}),
+    "default": ("60% of cores busy", {}),
+}
+
+
+def variety() -> list[Shape]:
+    """Instances shaped unlike the main bench's, for side-by-side runs (--variety): the
+    changes of a session are measured on shapes they were not made on."""
+    return [
+        Shape("realistic", 64, 0, 11, True, "busy"),
+        Shape("realistic", 256, 0, 13, True, "small-racks"),
+        Shape("realistic", 256, 0, 24, True, "noisy-power"),
+        Shape("realistic", 512, 0, 15, True, "busy"),
+        Shape("realistic", 512, 0, 17, True, "settled"),
+        Shape("realistic", 1024, 0, 25, True, "default"),
+        Shape("realistic", 2048, 0, 18, True, "quiet"),
+        Shape("realistic", 300, 0, 26, False, "one-rack"),
+        Shape("realistic", 1024, 0, 21, False, "small-racks"),
+        Shape("realistic", 1024, 0, 22, False, "fuller"),
+        Shape("realistic", 1024, 0, 23, False, "quiet"),
+    ]
+
+
 def write_instance(shape: Shape, where: Path) -> dict[str, Path]:
     """The instance's files, as `clavis solve` reads them."""
     where.mkdir(parents=True, exist_ok=True)
@@ -146,9 +182,14 @@ def write_instance(shape: Shape, where: Path) -> dict[str, Path]:
         write_json_atomic(files["cluster"], cluster.model_dump(mode="json"), indent=None)
         write_json_atomic(files["workload"], workload.model_dump(mode="json"), indent=None)
         return files
-    spec = RealisticSpec(
-        hosts=shape.hosts, seed=shape.seed, containers=shape.containers, current=shape.current
-    )
+    if shape.variant:
+        spec = RealisticSpec(
+            hosts=shape.hosts, seed=shape.seed, current=shape.current, **VARIANTS[shape.variant][1]
+        )
+    else:
+        spec = RealisticSpec(
+            hosts=shape.hosts, seed=shape.seed, containers=shape.containers, current=shape.current
+        )
     return {p.stem: p for p in generate(spec).write(where)}
 
 
@@ -571,17 +612,21 @@ def c_alone_lines(runs: list[Run], alone: list[Run], split: dict[str, dict[str, 
 # --- the same runs with an earlier commit's solver, side by side -----------------------
 
 
-def compare(rev: str, tmp: Path, *, seed: int, limit: float, memory_cap_mib: float) -> list[Run]:
-    """cpsat on the realistic 1,024-host instances with the solver of ``rev`` and with this
-    checkout's, one after the other on each instance and limit (same machine, same
-    moment): the before and after of a change. ``rev``'s runs are named ``instance@rev``."""
+def compare(
+    rev: str, tmp: Path, *, seed: int, limit: float, memory_cap_mib: float, varied: bool = False
+) -> list[Run]:
+    """cpsat on the realistic 1,024-host instances (``varied``: on variety(), at 10 s)
+    with the solver of ``rev`` and with this checkout's, one after the other on each
+    instance and limit (same machine, same moment): the before and after of a change.
+    ``rev``'s runs are named ``instance@rev``."""
     tree = tmp / "baseline"
     subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), rev],
                    check=True, capture_output=True)  # fmt: skip
     runs: list[Run] = []
     try:
-        for shape, todo in plan(False):
-            if shape.family != "realistic" or shape.hosts != 1024:
+        shapes = [(v, [("cpsat", limit or 10.0)]) for v in variety()] if varied else plan(False)
+        for shape, todo in shapes:
+            if shape.family != "realistic" or (shape.hosts != 1024 and not varied):
                 continue
             files = write_instance(shape, tmp / shape.key)
             weights = weights_for(shape, seed)
@@ -605,6 +650,8 @@ def compare(rev: str, tmp: Path, *, seed: int, limit: float, memory_cap_mib: flo
 def render_comparison(out: Path, md: Path) -> int:
     stored = json.loads(out.read_text())
     rev, head = stored["baseline"], stored["head"]
+    varied = bool(stored["config"].get("variety"))
+    what = {v.key: VARIANTS[v.variant][0] for v in variety()}
     runs = [Run(**r) for r in stored["runs"]]
     before = {(r.instance.split("@")[0], r.limit): r for r in runs if "@" in r.instance}
     rows = []
@@ -615,11 +662,19 @@ def render_comparison(out: Path, md: Path) -> int:
         cells = [f"{x:.4f}" if x is not None else "–" for x in (old.F, r.F, old.bound, r.bound)]
         gaps = [f"{100 * x:.1f}%" if x is not None else "–" for x in (old.gap, r.gap)]
         ratio = f"{r.F / old.F:.3f}" if r.F and old.F else "–"
-        rows.append(f"| {r.instance} | {r.limit:g} | {' | '.join(cells)} | {' | '.join(gaps)} "
+        name = f"{r.instance} ({what[r.instance]})" if varied else r.instance
+        rows.append(f"| {name} | {r.limit:g} | {' | '.join(cells)} | {' | '.join(gaps)} "
                     f"| {ratio} |")  # fmt: skip
+    which = (
+        "each instance of `variety()` (clusters shaped unlike the main bench's: fuller, "
+        "quieter, other racks, noisier power; seeds and weights the solver was not tuned on)"
+        if varied
+        else "each realistic 1,024-host instance"
+    )
+    flag = " --variety" if varied else ""
     section = "\n".join([
         f"Before and after, side by side (`python bench/solver/realistic_bench.py --baseline "
-        f"{rev}`): cpsat on each realistic 1,024-host instance with the solver of {rev}, then "
+        f"{rev}{flag}`): cpsat on {which} with the solver of {rev}, then "
         f"with {head}'s, one after the other. {describe(stored['machine'])} Raw runs in "
         f"`{stored['config']['out_name']}`.",
         "",
@@ -628,7 +683,7 @@ def render_comparison(out: Path, md: Path) -> int:
         "|---|---|---|---|---|---|---|---|---|",
         *rows,
     ])  # fmt: skip
-    write_section(md, "realistic-baseline", section)
+    write_section(md, "realistic-variety" if varied else "realistic-baseline", section)
     print(section)
     return 0
 
@@ -665,10 +720,15 @@ def main() -> int:
     ap.add_argument("--baseline", metavar="REV",
                     help="only cpsat at 1,024 hosts, with REV's solver and this one's, side "
                          "by side (--limit: one limit only)")  # fmt: skip
+    ap.add_argument("--variety", action="store_true",
+                    help="with --baseline: clusters unlike the main bench's, 10 s")  # fmt: skip
     args = ap.parse_args()
+    if args.variety and not args.baseline:
+        print("bench: --variety compares two solvers: give --baseline REV", file=sys.stderr)
+        return 2
     name = "realistic-quick.json" if args.quick else "realistic.json"
     if args.baseline:
-        name = "realistic-baseline.json"
+        name = "realistic-variety.json" if args.variety else "realistic-baseline.json"
     out = Path(args.out) if args.out else ROOT / "bench/results" / name
     if args.render:
         return (render_comparison if args.baseline else render)(out, Path(args.md))
@@ -678,9 +738,11 @@ def main() -> int:
         start = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="clavis-baseline-") as tmpdir:
             pairs = compare(args.baseline, Path(tmpdir), seed=args.seed, limit=args.limit,
-                            memory_cap_mib=args.memory_cap_gib * 1024)  # fmt: skip
+                            memory_cap_mib=args.memory_cap_gib * 1024,
+                            varied=args.variety)  # fmt: skip
         write_json(out, {"machine": machine(), "baseline": args.baseline, "head": head,
-                         "config": {"out_name": str(out.relative_to(ROOT))},
+                         "config": {"out_name": str(out.relative_to(ROOT)),
+                                    "variety": args.variety},
                          "elapsed_s": time.monotonic() - start,
                          "runs": [asdict(r) for r in pairs]})  # fmt: skip
         return 0 if args.no_md else render_comparison(out, Path(args.md))
