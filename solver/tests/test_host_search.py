@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import time
+from typing import Any
 
 import pytest
 from ortools.sat.python import cp_model
@@ -155,6 +156,10 @@ def test_a_repack_where_moving_is_cheap_also_starts_from_the_pool_rounding() -> 
     assert not violations(inst, rounded)  # drained hosts' residents may not come back
     assert got.F < start.F - 0.01
     assert proved == floor  # the pool without residents is no bound of the repack
+    # A start its own pool says it cannot beat (here: one at the repack's cheap bound),
+    # it does not round for.
+    kw: dict[str, Any] = {"limits": limits, "floor": floor, "hint": None, "start": None}
+    assert cpsat._pool_turn(inst, w, options, **kw, watch=watch, place=True, beat=floor)[1] is None
     answer = place("cpsat", inst, w, options)
     assert answer.score is not None and answer.bound is not None
     assert answer.score.F <= got.F + 1e-9

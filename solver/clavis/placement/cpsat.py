@@ -127,9 +127,8 @@ CALM_SHARE = 0.3
 # The pool turn (pool.py: joint P-D bound by column generation, and a placement rounded
 # from it) ends by this share of the budget, on instances without a rack problem.
 POOL_END_SHARE = 0.5
-# A repack tries the pool's rounding as a start where its start already moves this
-# share of the bytes, or where moving this share would cost less than the start's
-# distance to the bound (_rounding_may_pay).
+# A repack tries the pool's rounding as a start where moving this share of the bytes
+# would cost less than the start's distance to the bound (_rounding_may_pay).
 ROUNDING_MOVED = 0.5
 # With a rack problem or a repack only the pool bound runs, for this share of the
 # budget at most: without a current placement it settles in a few rounds (0.02 s at
@@ -551,6 +550,7 @@ def _pool_turn(
     watch: Stopwatch,
     place: bool,
     until: float | None = None,
+    beat: float | None = None,
 ) -> tuple[float, Assignment | None, Score | None, Assignment | None]:
     """The pool bound (pool.py) raises the floor; with ``place`` (no rack problem) its
     patterns are filled job by job into placements (_roundings), regrouped into racks.
@@ -575,6 +575,10 @@ def _pool_turn(
     answer = pool.solve(relaxed, deadline)
     if plan is inst:
         floor = max(floor, answer.bound)
+    elif beat is not None and not (
+        math.isfinite(answer.bound) and answer.bound + weights.M * ROUNDING_MOVED < beat
+    ):
+        return floor, hint, start, None  # a repack's rounding cannot beat its start
     if not place:
         # A repack's bound again with what its talking jobs send if their residents
         # stay (pool.Stay): a larger master, started from the first one's patterns.
@@ -655,15 +659,15 @@ def _roundings(
 
 
 def _rounding_may_pay(weights: Weights, start: Score, floor: float) -> bool:
-    """Whether a repack should also try the pool's rounding, which ignores the current
-    placement and moves most containers (M_n 0.66-0.96 measured): only where the start
-    already moves most of them, or where moving half of all bytes costs less than the
-    start's distance to the bound. At 10 s: 64 hosts at 80% of cores, weights 5,6,9,1,
-    F 0.292 -> 0.273 (the rounding starts at 0.289, the calmed start at 0.301); 2,048
-    hosts at 40%, 8,3,3,1, 0.361 -> 0.347; the bench's 128-host seed 6 0.523 -> 0.498.
-    The bench's 1,024-host repacks (M's weight 0.17-0.44, their starts move under 15%
-    of the bytes) do not qualify and keep the time for the search."""
-    return start.normalised.M >= ROUNDING_MOVED or start.F - floor > weights.M * ROUNDING_MOVED
+    """Whether a repack should try the pool's rounding, which ignores the current
+    placement and moves most containers (M_n 0.66-0.96 measured): only where moving
+    half of all bytes costs less than the start's distance to the bound; _pool_turn
+    checks it again against the rounding's own pool (``beat``) before rounding. At 10 s:
+    64 hosts at 80% of cores, weights 5,6,9,1, F 0.292 -> 0.273 (the rounding starts at
+    0.289, the calmed start at 0.301); 2,048 hosts at 40%, 8,3,3,1, 0.361 -> 0.347; the
+    bench's 128-host seed 6 0.523 -> 0.498. The bench's 1,024-host repacks (M's weight
+    0.17-0.44) do not qualify and keep the time for the search and the bound."""
+    return start.F - floor > weights.M * ROUNDING_MOVED
 
 
 def _proves(bound: float, f: float) -> bool:
@@ -727,6 +731,7 @@ def solve(
             start=None,
             watch=watch,
             place=True,
+            beat=start.F if start is not None else None,
         )[1]
     elif symmetric and not options.deterministic and not deferred:
         floor, hint, start, other = _pool_turn(
