@@ -92,3 +92,19 @@ def test_gap_by_term_reads_the_best_answer_against_the_bound_split(bench: Module
     c_lines = bench.c_alone_lines(runs, alone, split)
     c_row = next(line for line in c_lines if line.startswith("| realistic-"))
     assert "| 0.100 | 0.060 | 40% | 0.33 | 5.3% |" in c_row
+
+
+def test_variety_shapes_are_named_and_drawn_as_described(bench: ModuleType, tmp_path: Path) -> None:
+    shapes = bench.variety()
+    assert len({s.key for s in shapes}) == len(shapes)
+    assert all(s.variant in bench.VARIANTS for s in shapes)
+    assert {s.current for s in shapes} == {True, False}
+    busy = next(s for s in shapes if s.variant == "busy" and s.hosts == 64)
+    files = bench.write_instance(busy, tmp_path)
+    from clavis.documents import load_cluster, load_workload
+
+    cluster, workload = load_cluster(files["cluster"]), load_workload(files["workload"])
+    cores = sum(h.cores for h in cluster.hosts if h.state != "down")
+    used = sum(c.cores for j in workload.jobs for c in j.containers)
+    assert 0.7 <= used / cores <= 0.85  # "80% of cores busy"
+    assert "current" in files
