@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from clavis.documents import load_cluster, load_workload
+
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "solver" / "realistic_bench.py"
 
 
@@ -101,8 +103,6 @@ def test_variety_shapes_are_named_and_drawn_as_described(bench: ModuleType, tmp_
     assert {s.current for s in shapes} == {True, False}
     busy = next(s for s in shapes if s.variant == "busy" and s.hosts == 64)
     files = bench.write_instance(busy, tmp_path)
-    from clavis.documents import load_cluster, load_workload
-
     cluster, workload = load_cluster(files["cluster"]), load_workload(files["workload"])
     cores = sum(h.cores for h in cluster.hosts if h.state != "down")
     used = sum(c.cores for j in workload.jobs for c in j.containers)
