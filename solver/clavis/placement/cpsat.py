@@ -621,6 +621,36 @@ def _pool_turn(
     return floor, best, got, other
 
 
+@dataclass
+class _DeferredBound:
+    """A repack's pool bound, run between the host search's steps (or after it, if the
+    search had no time): its floor so far, and whether it ran."""
+
+    inst: Instance
+    weights: Weights
+    options: SolveOptions
+    limits: Bounds
+    watch: Stopwatch
+    floor: float
+    ran: bool = False
+
+    def run(self) -> None:
+        self.ran = True
+        end = self.options.time_limit * HOST_SEARCH_END_SHARE - self.watch.elapsed
+        self.floor = _pool_turn(
+            self.inst,
+            self.weights,
+            self.options,
+            limits=self.limits,
+            floor=self.floor,
+            hint=None,
+            start=None,
+            watch=self.watch,
+            place=False,
+            until=time.monotonic() + end,
+        )[0]
+
+
 def _traded_bound(
     inst: Instance, weights: Weights, limits: Bounds, answer: pool.PoolAnswer, deadline: float
 ) -> float:
@@ -805,25 +835,7 @@ def solve(
         trail = tuple(watch.trajectory)
         return PlacementResult(method, status, None, None, None, watch.elapsed, trail, tuple(notes))
     if symmetric and racks is None and not options.deterministic:
-        floors = [floor]
-        pooled = [False]
-
-        def pool_bound() -> None:
-            pooled[0] = True
-            end = time.monotonic() + options.time_limit * HOST_SEARCH_END_SHARE - watch.elapsed
-            floors[0] = _pool_turn(
-                inst,
-                weights,
-                options,
-                limits=limits,
-                floor=floors[0],
-                hint=None,
-                start=None,
-                watch=watch,
-                place=False,
-                until=end,
-            )[0]
-
+        deferred_bound = _DeferredBound(inst, weights, options, limits, watch, floor)
         assignment, result, status = _host_search(
             inst,
             weights,
@@ -831,12 +843,12 @@ def solve(
             limits=limits,
             best=(assignment, result, status),
             watch=watch,
-            between=pool_bound if deferred else None,
+            between=deferred_bound.run if deferred else None,
             other=other,
         )
-        if deferred and not pooled[0]:  # the host search had no time: the bound still runs
-            pool_bound()
-        floor = floors[0]
+        if deferred and not deferred_bound.ran:  # the host search had no time: it still runs
+            deferred_bound.run()
+        floor = deferred_bound.floor
     if early is not None:
         bound = max(bound or 0.0, early.bound)
     elif proving and racks is not None and status != "OPTIMAL":
