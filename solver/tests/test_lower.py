@@ -501,7 +501,8 @@ def test_class_losses_never_exceed_what_calm_placements_send(chunk: int) -> None
             if c.devil:
                 smallest[c.job] = min(smallest.get(c.job, c.cores), c.cores)
         tol = max(inst.hosts[hi].devil_tolerance for hi, _ in usable)
-        for job, least in lower._class_losses(inst, tol, smallest).items():
+        nbrs = lower._devil_neighbours(inst, smallest)
+        for job, least in lower._class_losses(inst, nbrs, tol, smallest).items():
             flows = [f for f in inst.flows if inst.containers[f.a].job == job]
             sent = [
                 sum(f.bytes_per_s for f in flows if a[f.a] != a[f.b])

@@ -130,8 +130,7 @@ POOL_END_SHARE = 0.5
 # A repack tries the pool's rounding as a start where moving this share of the bytes
 # would cost less than the start's distance to the bound (_rounding_may_pay): the
 # roundings measured moved 86-100% (64 to 2,048 hosts). At 0.5 a 1,024-host repack whose
-# start was 0.62 of M's weight above the rounding's pool tried it: 0.545 against 0.397,
-# and the time it took cut the pool bound's (0.2983 -> 0.2966).
+# start was 0.62 of M's weight above the rounding's pool tried one: 0.545 against 0.397.
 ROUNDING_MOVED = 0.9
 # With a rack problem or a repack only the pool bound runs, for this share of the
 # budget at most: without a current placement it settles in a few rounds (0.02 s at

@@ -575,11 +575,7 @@ def calm_crossing(inst: Instance) -> dict[int, float]:
             smallest[c.job] = min(smallest.get(c.job, c.cores), c.cores)
     if not smallest:
         return {}
-    nbrs: dict[int, list[tuple[float, int]]] = defaultdict(list)
-    for f in inst.flows:
-        if inst.containers[f.a].job in smallest:
-            nbrs[f.a].append((f.bytes_per_s, f.b))
-            nbrs[f.b].append((f.bytes_per_s, f.a))
+    nbrs = _devil_neighbours(inst, smallest)
     # Per all-to-all entry of a devil job: its devils and its turtles' sizes, counted once.
     entries: dict[int, list[tuple[UniformTraffic, int, Counter[int]]]] = defaultdict(list)
     for u in inst.uniform:
@@ -616,7 +612,7 @@ def calm_crossing(inst: Instance) -> dict[int, float]:
             degree += u.bytes_per_s * (len(u.members) - 1)
         loss[ci] = max(0.0, degree - kept)
     lost = _job_losses(inst, loss, nbrs, entries)
-    for job, value in _class_losses(inst, tol, smallest).items():
+    for job, value in _class_losses(inst, nbrs, tol, smallest).items():
         lost[job] = max(lost.get(job, 0.0), value)
     credited: dict[int, float] = defaultdict(float)
     for comp in components(inst):
@@ -658,37 +654,36 @@ def _job_losses(
     return {job: max(value, apart[job]) for job, value in half.items()}
 
 
-def _class_losses(inst: Instance, tol: int, smallest: dict[int, int]) -> dict[int, float]:
-    """Per devil job, the bytes/s of its explicit flows that cross hosts if it is calm,
-    counted by class: with at most t of its devils on a host, a devil keeps at most its
-    t - 1 heaviest devil flows (each kept one seen from both ends) and a turtle its t
-    heaviest devil flows. Devil-devil flows and each turtle's devil flows are disjoint
-    sets, so their losses add up whole; the per-container sums halve them. A stencil
-    of 8-core devils and turtles on hosts that tolerate four devil cores (1,024 hosts,
-    30% of cores busy): 0.00073 of F by the per-container losses, 0.00228 so."""
-    dd: dict[int, float] = defaultdict(float)
-    devil_flows: dict[int, list[float]] = defaultdict(list)  # container: its devil flows
+def _devil_neighbours(
+    inst: Instance, smallest: dict[int, int]
+) -> dict[int, list[tuple[float, int]]]:
+    """Per container of a devil job (a key of ``smallest``), its explicit flows as
+    (bytes/s, the container at the other end)."""
+    nbrs: dict[int, list[tuple[float, int]]] = defaultdict(list)
     for f in inst.flows:
-        a, b = inst.containers[f.a], inst.containers[f.b]
-        if a.job not in smallest:
-            continue
-        if a.devil and b.devil:
-            dd[a.job] += f.bytes_per_s
-        if b.devil:
-            devil_flows[f.a].append(f.bytes_per_s)
-        if a.devil:
-            devil_flows[f.b].append(f.bytes_per_s)
+        if inst.containers[f.a].job in smallest:
+            nbrs[f.a].append((f.bytes_per_s, f.b))
+            nbrs[f.b].append((f.bytes_per_s, f.a))
+    return nbrs
+
+
+def _class_losses(
+    inst: Instance, nbrs: dict[int, list[tuple[float, int]]], tol: int, smallest: dict[int, int]
+) -> dict[int, float]:
+    """Per devil job, the bytes/s of its explicit flows (``nbrs``) that cross hosts if it
+    is calm, counted by class: with at most t of its devils on a host, a devil keeps at
+    most its t - 1 heaviest devil flows and a turtle its t heaviest (calm_crossing's
+    slots). A devil-devil flow lost is seen from both its ends, so a devil's loss counts
+    half; a devil-turtle flow from its turtle end only, so a turtle's counts whole. Those
+    sets are disjoint, where the per-container losses halve every flow. A stencil of
+    8-core devils and turtles on hosts that tolerate four devil cores (1,024 hosts, 30% of
+    cores busy): 0.00073 of F by the per-container losses, 0.00228 so."""
     out: dict[int, float] = defaultdict(float)
-    for job, value in dd.items():
-        out[job] += value
-    for ci, flows in devil_flows.items():
+    for ci, items in nbrs.items():
         c = inst.containers[ci]
-        t = max(1, tol // smallest[c.job])
-        heaviest = sorted(flows, reverse=True)
-        if c.devil:
-            out[c.job] -= sum(heaviest[: t - 1]) / 2
-        else:
-            out[c.job] += sum(heaviest[t:])
+        slots = max(1, tol // smallest[c.job]) - (1 if c.devil else 0)
+        devil_w = sorted((w for w, d in items if inst.containers[d].devil), reverse=True)
+        out[c.job] += sum(devil_w[slots:]) / (2 if c.devil else 1)
     return {job: value for job, value in out.items() if value > 0}
 
 
