@@ -110,6 +110,9 @@ EMPTYING_SHARE = 0.6
 # emptying gains most of what it gains in its first moments (seed 1, 10 s: 0.3323 ->
 # 0.3274 in 0.04 s, lost when the bound ended 0.2 s later).
 EMPTYING_SHARE_BEFORE_BOUND = 0.1
+# A repack's pool rounding (_second_start) is made ready in this share of the host
+# search's time left after the pool bound.
+SECOND_SHARE = 0.6
 # Host contents exchanged between racks again (regroup.py) after the container
 # exchanges, and the container exchanges again after that, take at most this share each
 # of the time left (0.2 s at 1,024 hosts, 0.9 s at 4,096).
@@ -449,7 +452,7 @@ def _host_search(
     limits: Bounds,
     best: tuple[Assignment, Score, Status],
     watch: Stopwatch,
-    between: Callable[[], None] | None = None,
+    between: Callable[[], Assignment | None] | None = None,
     other: Assignment | None = None,
 ) -> tuple[Assignment, Score, Status]:
     """The host search (hostlns.py) from the best placement so far, with the time the
@@ -459,8 +462,10 @@ def _host_search(
     well under a second and leave the search a placement whose jobs are already
     gathered; then rings and grids are dealt anew over their places (relayout.py).
     ``between`` runs after them and a short turn of emptying hosts (a repack's pool
-    bound: the exchanges gain most in the least time, the host search little), then
-    jobs are regrouped into racks and lightly loaded hosts emptied (consolidate.py).
+    bound: the exchanges gain most in the least time, the host search little); what it
+    returns, a placement rounded from that pool, is regrouped, gathered and exchanged in
+    a window of its own and kept if it ends better (_second_start). Then jobs are
+    regrouped into racks and lightly loaded hosts emptied (consolidate.py).
     ``other``, a second start, is gathered too in what time the first leaves of
     gathering's share, and the better of the two goes on: which start
     ends better is not always the one that starts better (the pool rounding keeps jobs
@@ -492,7 +497,13 @@ def _host_search(
             consolidate(inst, best[0], k=k, deadline=until),
             watch=watch,
         )
-        between()
+        rounded = between()
+        if rounded is not None and not violations(inst, rounded):
+            left = options.time_limit * HOST_SEARCH_END_SHARE - watch.elapsed
+            until = time.monotonic() + left * SECOND_SHARE
+            best = _better(
+                inst, weights, limits, best, _second_start(inst, rounded, k, until), watch=watch
+            )
     left = options.time_limit * HOST_SEARCH_END_SHARE - watch.elapsed
     until = time.monotonic() + left * SWAP_SHARE
     swapped = regroup(inst, best[0], k_c=k[2], k_m=k[3], deadline=until)
@@ -519,6 +530,18 @@ def _host_search(
         found=offer,
     )
     return best if better is None else _better(inst, weights, limits, best, better, watch=watch)
+
+
+def _second_start(
+    inst: Instance, start: Assignment, k: tuple[float, float, float, float], deadline: float
+) -> Assignment:
+    """A repack's pool rounding made ready to compare: its jobs regrouped into racks,
+    gathered and exchanged (and lightly loaded hosts emptied) by the deadline."""
+    now = time.monotonic()
+    placed = regroup(inst, start, k_c=k[2], k_m=k[3], deadline=now + (deadline - now) * 0.2)
+    placed = gather(inst, placed, k=k, deadline=now + (deadline - now) * GATHER_END)
+    placed = exchange(inst, placed, k=k, deadline=now + (deadline - now) * 0.9)
+    return consolidate(inst, placed, k=k, deadline=deadline)
 
 
 def _better(
@@ -553,11 +576,14 @@ def _pool_turn(
     place: bool,
     until: float | None = None,
     beat: float | None = None,
+    second: bool = False,
 ) -> tuple[float, Assignment | None, Score | None, Assignment | None]:
     """The pool bound (pool.py) raises the floor; with ``place`` (no rack problem) its
     patterns are filled job by job into placements (_roundings), regrouped into racks.
     The best of them and the hint is returned as the hint, the next best last: after
-    gathering it may still be the better start (_host_search)."""
+    gathering it may still be the better start (_host_search). Without ``place``, a
+    repack's pool bound, with ``second`` its patterns rounded (pool.round_by_jobs,
+    keeping residents) by ``until`` are returned last."""
     if place:
         deadline = time.monotonic() + options.time_limit * POOL_END_SHARE - watch.elapsed
     else:  # a budget of its own: the warm start may already have passed that share
@@ -583,13 +609,17 @@ def _pool_turn(
         return floor, hint, start, None  # a repack's rounding cannot beat its start
     if not place:
         # A repack's bound again with what its talking jobs send if their residents
-        # stay (pool.Stay): a larger master, started from the first one's patterns.
+        # stay (pool.Stay): a larger master, started from the first one's patterns. Its
+        # patterns, the residents they keep staying, are a second start (_host_search).
         tighter = pool.prepare(inst, weights, limits)
+        rounded = None
         if tighter is not None and tighter.stay is not None and time.monotonic() < deadline:
             answer = pool.solve(tighter, deadline, start=answer.columns)
             floor = max(floor, answer.bound)
+            if second and until is not None:
+                rounded = pool.round_by_jobs(inst, tighter, answer, until, keep=True)
             floor = max(floor, _traded_bound(inst, weights, limits, answer, deadline))
-        return floor, hint, start, None
+        return floor, hint, start, rounded
     # Drained hosts may keep only their residents: the placement uses up hosts only.
     placing: pool.PoolProblem | None = relaxed
     if any(plan.hosts[hi].state != "up" for ht in relaxed.types for hi in ht.hosts):
@@ -633,10 +663,11 @@ class _DeferredBound:
     floor: float
     ran: bool = False
 
-    def run(self) -> None:
+    def run(self) -> Assignment | None:
+        """Raises the floor; returns the rounding of the repack's pool, if any."""
         self.ran = True
         end = self.options.time_limit * HOST_SEARCH_END_SHARE - self.watch.elapsed
-        self.floor = _pool_turn(
+        self.floor, _hint, _start, rounded = _pool_turn(
             self.inst,
             self.weights,
             self.options,
@@ -647,7 +678,9 @@ class _DeferredBound:
             watch=self.watch,
             place=False,
             until=time.monotonic() + end,
-        )[0]
+            second=True,
+        )
+        return rounded
 
 
 def _traded_bound(

@@ -102,6 +102,8 @@ class HostType:
     residents_only: bool = False
     # Per group, the straggler unit of each resident in ``keep``'s order (-1: none).
     units: tuple[tuple[int, ...], ...] = ()
+    # Per group, the residents themselves (container indices) in ``keep``'s order.
+    residents: tuple[tuple[int, ...], ...] = ()
 
     def kept(self, residents: tuple[tuple[int, int], ...]) -> float:
         """Weighted bytes the residents (group, rank in ``keep``) save by staying."""
@@ -259,8 +261,17 @@ def prepare(
         h = inst.hosts[hi]
         kind = (cap, min(h.devil_tolerance, cap), h.idle_w - h.empty_w, h.slope_w)
         if hi in gains:
-            keep, of_unit, _ = gains[hi]
-            own.append(HostType(*kind, (hi,), keep, residents_only=h.state != "up", units=of_unit))
+            keep, of_unit, residents = gains[hi]
+            own.append(
+                HostType(
+                    *kind,
+                    (hi,),
+                    keep,
+                    residents_only=h.state != "up",
+                    units=of_unit,
+                    residents=residents,
+                )
+            )
         else:
             kinds[kind].append(hi)
     types = tuple(HostType(c, t, s, r, tuple(hs)) for (c, t, s, r), hs in sorted(kinds.items()))
@@ -1072,6 +1083,7 @@ class _Host:
     devils: int = 0  # devil containers
     devil_cores: int = 0
     dense: bool = False  # opened for lagging devils (_place_rest): no calm room
+    kept: tuple[int, ...] = ()  # residents that stay on it (containers)
 
 
 def _fill(pb: PoolProblem, host: _Host, gi: int, n: int) -> None:
@@ -1096,10 +1108,14 @@ def _rate(ht: HostType) -> float:
     return ht.switch_on / ht.cores + ht.slope
 
 
-def _whole_patterns(pb: PoolProblem, answer: PoolAnswer, left: list[int]) -> list[_Host]:
-    """Hosts running the master's patterns as many whole times as it uses them."""
-    hosts: list[_Host] = []
+def _whole_patterns(
+    pb: PoolProblem, answer: PoolAnswer, left: list[int], hosts: list[_Host]
+) -> list[_Host]:
+    """``hosts`` and more running the master's patterns as many whole times as it uses
+    them, on the host types ``hosts`` leaves."""
     spare = [len(ht.hosts) for ht in pb.types]
+    for h in hosts:
+        spare[h.host_type] -= 1
     for c in sorted(range(len(answer.columns)), key=lambda c: -answer.x[c]):
         col = answer.columns[c]
         copies = min(int(answer.x[c] + 1e-6), spare[col.host_type])
@@ -1114,6 +1130,41 @@ def _whole_patterns(pb: PoolProblem, answer: PoolAnswer, left: list[int]) -> lis
                     left[gi] -= n
             hosts.append(host)
         spare[col.host_type] -= copies
+    return hosts
+
+
+def _kept_patterns(pb: PoolProblem, answer: PoolAnswer, left: list[int]) -> list[_Host]:
+    """In a repack, each host with residents as the master mostly runs it: its likeliest
+    column, with the residents that column keeps, if the master runs it at least half
+    the time (else it is left for _place_rest to open, its residents moved). The kept
+    residents are seated first; the columns' other slots then take what is left of their
+    groups, likeliest column first (rounded up, the columns may ask for more)."""
+    best: dict[int, tuple[float, float, PoolColumn]] = {}  # own type: (sum x, top x, col)
+    for col, x in zip(answer.columns, answer.x, strict=True):
+        if not pb.types[col.host_type].keep or x <= EPS:
+            continue
+        total, top, likeliest = best.get(col.host_type, (0.0, 0.0, col))
+        best[col.host_type] = (total + x, x, col) if x > top else (total + x, top, likeliest)
+    chosen = sorted(
+        ((t, top, col) for t, (total, top, col) in best.items() if total >= 0.5),
+        key=lambda it: (-it[1], it[0]),
+    )
+    hosts: list[_Host] = []
+    for t, _top, col in chosen:
+        ht = pb.types[t]
+        host = _Host(
+            t, [0] * len(pb.groups), ht.cores, kept=tuple(ht.residents[g][r] for g, r in col.kept)
+        )
+        for gi, _rank in col.kept:
+            _fill(pb, host, gi, 1)
+            left[gi] -= 1
+        hosts.append(host)
+    for host, (_t, _top, col) in zip(hosts, chosen, strict=True):
+        for gi, n in enumerate(col.counts):
+            more = min(n - host.counts[gi], left[gi])
+            if more > 0:
+                _fill(pb, host, gi, more)
+                left[gi] -= more
     return hosts
 
 
@@ -1132,7 +1183,10 @@ def _place_rest(
     spare = [len(ht.hosts) for ht in pb.types]
     for h in hosts:
         spare[h.host_type] -= 1
-    cheapest = sorted(range(len(pb.types)), key=lambda t: _rate(pb.types[t]))
+    cheapest = sorted(
+        (t for t, ht in enumerate(pb.types) if not ht.residents_only),
+        key=lambda t: _rate(pb.types[t]),
+    )
     order = sorted(
         range(len(pb.groups)), key=lambda gi: (not pb.groups[gi].devil, -pb.groups[gi].cores)
     )
@@ -1146,7 +1200,9 @@ def _place_rest(
                 packed = [
                     h
                     for h in hosts
-                    if h.free >= size and (h.dense or not _calm(pb, h.host_type, h.counts))
+                    if h.free >= size
+                    and (h.dense or not _calm(pb, h.host_type, h.counts))
+                    and not pb.types[h.host_type].residents_only
                 ]
                 if packed:
                     _fill(pb, min(packed, key=lambda h: h.free), gi, 1)
@@ -1156,10 +1212,12 @@ def _place_rest(
                     hosts.append(_Host(t, [0] * len(pb.groups), pb.types[t].cores, dense=True))
                     _fill(pb, hosts[-1], gi, 1)
                     continue
-            fits = [h for h in hosts if _keeps_calm(pb, h, gi) and not h.dense]
+            # A drained host (residents only) takes nobody else.
+            open_ = [h for h in hosts if not pb.types[h.host_type].residents_only]
+            fits = [h for h in open_ if _keeps_calm(pb, h, gi) and not h.dense]
             if not fits and t is None:
                 # round_by_jobs lets more jobs lag to fill the hosts this contends.
-                fits = [h for h in hosts if h.free >= size]
+                fits = [h for h in open_ if h.free >= size]
             if fits:
                 host = min(fits, key=lambda h: h.free)
             elif t is not None:
@@ -1255,7 +1313,7 @@ def lagging_whole(inst: Instance, answer: PoolAnswer) -> Instance | None:
 
 
 def round_by_jobs(
-    inst: Instance, pb: PoolProblem, answer: PoolAnswer, deadline: float
+    inst: Instance, pb: PoolProblem, answer: PoolAnswer, deadline: float, *, keep: bool = False
 ) -> Assignment | None:
     """A placement from the master: its patterns become host templates (a
     count of slots per container size and class, calm or not), laid on the hosts of
@@ -1263,11 +1321,13 @@ def round_by_jobs(
     each container on a host of its job if a slot fits there, else in the rack of its
     job's last container, else in the rack with most such room: so jobs stay on few
     hosts and racks. A calm job's devils take calm hosts only; contended hosts take the
-    devils of lagging jobs (more jobs lag if the templates hold more)."""
+    devils of lagging jobs (more jobs lag if the templates hold more). With ``keep`` (a
+    repack's master, pb.stay), each host with residents first takes the pattern the
+    master mostly gives it and keeps the residents that pattern keeps (_kept_patterns)."""
     if not answer.columns:
         return None
     left = [len(g.members) for g in pb.groups]
-    hosts = _whole_patterns(pb, answer, left)
+    hosts = _whole_patterns(pb, answer, left, _kept_patterns(pb, answer, left) if keep else [])
     if not _place_rest(pb, hosts, left, deadline, _dense_rest(inst, pb, answer, hosts)):
         return None
     lagging = _lagging_enough(inst, pb, answer, hosts)
@@ -1277,9 +1337,10 @@ def round_by_jobs(
     # room[(gi, calm)][rack]: the slots (turtle cores) of that kind left in the rack
     room: dict[tuple[int, bool], dict[int, int]] = defaultdict(lambda: defaultdict(int))
     calm_of: dict[int, bool] = {}
+    fixed: list[tuple[tuple[int, ...], int]] = []  # kept residents and their host
     for t, ht in enumerate(pb.types):
         physical = sorted(
-            (hi for hi in ht.hosts if inst.hosts[hi].state == "up"),
+            (hi for hi in ht.hosts if inst.hosts[hi].state == "up" or ht.residents_only),
             key=lambda hi: (inst.hosts[hi].rack, hi),
         )
         mine = sorted(
@@ -1290,6 +1351,8 @@ def round_by_jobs(
             return None
         for host, hi in zip(mine, physical, strict=False):
             calm_of[hi] = _calm(pb, t, host.counts)
+            if host.kept:
+                fixed.append((host.kept, hi))
             for gi, n in enumerate(host.counts):
                 if n:
                     # A template's turtle slots are turtle cores of any size: P and D are
@@ -1308,7 +1371,8 @@ def round_by_jobs(
     # Per up host, the cores its template leaves free (all of an unused host's).
     outside = {hi: h.cores for hi, h in enumerate(inst.hosts) if h.state == "up"}
     for (hi, key), n in slots.items():
-        outside[hi] -= n if key == TURTLES else n * pb.groups[key].cores
+        if hi in outside:  # a drained host (residents only) has no room outside
+            outside[hi] -= n if key == TURTLES else n * pb.groups[key].cores
 
     def need(gi: int, cores: int) -> int:
         return cores if gi == TURTLES else 1
@@ -1348,13 +1412,24 @@ def round_by_jobs(
                     return best[1]
         return None
 
+    near_of: dict[int, list[int]] = defaultdict(list)  # per job: its hosts, latest first
+    for kept, hi in fixed:
+        for ci in kept:
+            c = inst.containers[ci]
+            key = group_of[(c.cores, c.devil)] if c.devil else TURTLES
+            slots[(hi, key)] -= need(key, c.cores)
+            room[(key, calm_of[hi])][inst.hosts[hi].rack] -= need(key, c.cores)
+            assignment[ci] = hi
+            if hi not in near_of[c.job]:
+                near_of[c.job].insert(0, hi)
     members: dict[int, list[int]] = defaultdict(list)
     for ci, c in enumerate(inst.containers):
-        members[c.job].append(ci)
+        if assignment[ci] is None:
+            members[c.job].append(ci)
     for job in sorted(members, key=lambda j: (-traffic.get(j, 0.0), j)):
         if time.monotonic() >= deadline:
             return None
-        near: list[int] = []
+        near = near_of[job][:8]
         for ci in members[job]:
             c = inst.containers[ci]
             gi = group_of[(c.cores, c.devil)] if c.devil else TURTLES
@@ -1365,7 +1440,10 @@ def round_by_jobs(
             else:
                 kinds = [True]
             # A calm job's devil with no calm slot left takes a contended one: it lags.
-            at = take(gi, c.cores, kinds, near)
+            # With ``keep``, a resident the master moved may still stay if its host's
+            # template has a slot for it: moving it would cost its bytes for nothing.
+            home = inst.current[ci] if keep and inst.current else None
+            at = take(gi, c.cores, kinds, [home, *near] if home is not None else near)
             if at is None:
                 at = take(gi, c.cores, [False], near)
             if at is None and not c.devil:
