@@ -44,7 +44,9 @@ patterns say how to place: pack the lagging jobs' devils densely on a few large 
 give every other devil a calm host filled with turtles. ``round_by_jobs`` lays its patterns
 on the hosts as templates and fills them job by job, keeping each job on few hosts and
 racks; ``lagging_whole`` gives a second rounding that keeps the lagging talking jobs whole
-on contended hosts; the host search then polishes the better.
+on contended hosts; the host search then polishes the better. In a repack the master's
+columns also say which residents stay: ``round_by_jobs(keep=True)`` seats each host with
+residents on its likeliest column and keeps them there (``_kept_patterns``).
 """
 
 from __future__ import annotations
