@@ -1342,7 +1342,8 @@ def round_by_jobs(
     fixed: list[tuple[tuple[int, ...], int]] = []  # kept residents and their host
     for t, ht in enumerate(pb.types):
         physical = sorted(
-            (hi for hi in ht.hosts if inst.hosts[hi].state == "up" or ht.residents_only),
+            # A drained host runs a template only to keep its residents (``keep``).
+            (hi for hi in ht.hosts if inst.hosts[hi].state == "up" or (keep and ht.residents_only)),
             key=lambda hi: (inst.hosts[hi].rack, hi),
         )
         mine = sorted(
@@ -1444,7 +1445,7 @@ def round_by_jobs(
             # A calm job's devil with no calm slot left takes a contended one: it lags.
             # With ``keep``, a resident the master moved may still stay if its host's
             # template has a slot for it: moving it would cost its bytes for nothing.
-            home = inst.current[ci] if keep and inst.current else None
+            home = inst.current[ci] if keep else None
             at = take(gi, c.cores, kinds, [home, *near] if home is not None else near)
             if at is None:
                 at = take(gi, c.cores, [False], near)
