@@ -148,10 +148,9 @@ def test_a_repack_where_moving_is_cheap_also_starts_from_the_pool_rounding() -> 
     heavy = Weights(5, 6, 9, 40)
     kept = score(inst, tuple(inst.current), heavy, limits)
     assert not cpsat._rounding_may_pay(heavy, kept, lower.lower_bound(inst, heavy, limits).F)
-    proved, rounded, got, _ = cpsat._pool_turn(
-        inst, w, options, limits=limits, floor=floor, hint=None, start=None, watch=watch,
-        place=True,
-    )  # fmt: skip
+    proved, rounded, got, _ = cpsat._pool_placements(
+        inst, w, options, limits=limits, floor=floor, hint=None, start=None, watch=watch
+    )
     assert rounded is not None and got is not None
     assert not violations(inst, rounded)  # drained hosts' residents may not come back
     assert got.F < start.F - 0.01
@@ -159,7 +158,7 @@ def test_a_repack_where_moving_is_cheap_also_starts_from_the_pool_rounding() -> 
     # A start its own pool says it cannot beat (here: one at the repack's cheap bound),
     # it does not round for.
     kw: dict[str, Any] = {"limits": limits, "floor": floor, "hint": None, "start": None}
-    assert cpsat._pool_turn(inst, w, options, **kw, watch=watch, place=True, beat=floor)[1] is None
+    assert cpsat._pool_placements(inst, w, options, **kw, watch=watch, beat=floor)[1] is None
     answer = place("cpsat", inst, w, options)
     assert answer.score is not None and answer.bound is not None
     assert answer.score.F <= got.F + 1e-9

@@ -113,6 +113,10 @@ EMPTYING_SHARE_BEFORE_BOUND = 0.1
 # A repack's pool rounding (_second_start) is made ready in this share of the host
 # search's time left after the first start's regrouping and emptying.
 SECOND_SHARE = 0.6
+# Of that window: regrouping into racks ends by the first share, gathering by GATHER_END,
+# the container exchanges by the second, emptying hosts has the rest.
+SECOND_REGROUP_END = 0.2
+SECOND_EXCHANGE_END = 0.9
 # Host contents exchanged between racks again (regroup.py) after the container
 # exchanges, and the container exchanges again after that, take at most this share each
 # of the time left (0.2 s at 1,024 hosts, 0.9 s at 4,096).
@@ -540,9 +544,10 @@ def _second_start(
     """A repack's pool rounding made ready to compare: its jobs regrouped into racks,
     gathered and exchanged (and lightly loaded hosts emptied) by the deadline."""
     now = time.monotonic()
-    placed = regroup(inst, start, k_c=k[2], k_m=k[3], deadline=now + (deadline - now) * 0.2)
-    placed = gather(inst, placed, k=k, deadline=now + (deadline - now) * GATHER_END)
-    placed = exchange(inst, placed, k=k, deadline=now + (deadline - now) * 0.9)
+    window = deadline - now
+    placed = regroup(inst, start, k_c=k[2], k_m=k[3], deadline=now + window * SECOND_REGROUP_END)
+    placed = gather(inst, placed, k=k, deadline=now + window * GATHER_END)
+    placed = exchange(inst, placed, k=k, deadline=now + window * SECOND_EXCHANGE_END)
     return consolidate(inst, placed, k=k, deadline=deadline)
 
 
@@ -565,7 +570,43 @@ def _better(
     return found, got, "FEASIBLE"
 
 
-def _pool_turn(
+def _pool_bound(
+    inst: Instance,
+    weights: Weights,
+    options: SolveOptions,
+    *,
+    limits: Bounds,
+    floor: float,
+    until: float | None = None,
+) -> tuple[float, Assignment | None]:
+    """The pool bound (pool.py) raises the floor, in a budget of its own (the warm start
+    may already have passed POOL_END_SHARE). In a repack it runs again with what its
+    talking jobs send if their residents stay (pool.Stay) and, as time allows, with trade
+    rows. With ``until`` (a repack's bound deferred into the host search, which it ends
+    by then) its patterns are also rounded, the residents they keep staying
+    (pool.round_by_jobs with keep): the host search's second start. Returns the floor and
+    that rounding, if any."""
+    deadline = time.monotonic() + options.time_limit * POOL_BOUND_SHARE
+    deadline = deadline if until is None else min(deadline, until)
+    relaxed = pool.prepare(inst, weights, limits, stay=False)
+    if relaxed is None:
+        return floor, None
+    # Without Stay rows it settles in a few rounds; they start the larger master below.
+    answer = pool.solve(relaxed, deadline)
+    floor = max(floor, answer.bound)
+    tighter = pool.prepare(inst, weights, limits)
+    if tighter is None or tighter.stay is None or time.monotonic() >= deadline:
+        return floor, None
+    answer = pool.solve(tighter, deadline, start=answer.columns)
+    floor = max(floor, answer.bound)
+    rounded = None
+    if until is not None:
+        rounded = pool.round_by_jobs(inst, tighter, answer, until, keep=True)
+    floor = max(floor, _traded_bound(inst, weights, limits, answer, deadline))
+    return floor, rounded
+
+
+def _pool_placements(
     inst: Instance,
     weights: Weights,
     options: SolveOptions,
@@ -575,28 +616,20 @@ def _pool_turn(
     hint: Assignment | None,
     start: Score | None,
     watch: Stopwatch,
-    place: bool,
-    until: float | None = None,
     beat: float | None = None,
-    second: bool = False,
 ) -> tuple[float, Assignment | None, Score | None, Assignment | None]:
-    """The pool bound (pool.py) raises the floor; with ``place`` (no rack problem) its
-    patterns are filled job by job into placements (_roundings), regrouped into racks.
-    The best of them and the hint is returned as the hint, the next best last: after
-    gathering it may still be the better start (_host_search). Without ``place``, a
-    repack's pool bound, with ``second`` its patterns rounded (pool.round_by_jobs,
-    keeping residents) by ``until`` are returned last."""
-    if place:
-        deadline = time.monotonic() + options.time_limit * POOL_END_SHARE - watch.elapsed
-    else:  # a budget of its own: the warm start may already have passed that share
-        deadline = time.monotonic() + options.time_limit * POOL_BOUND_SHARE
-        deadline = deadline if until is None else min(deadline, until)
-    # A repack's rounding ignores where containers are (they are scored with M after):
-    # its pool is the one without residents, which settles in a few rounds where the
-    # repack's own, a host type per host with residents, took 14 s at 2,048 hosts. That
-    # pool is no bound (drained hosts lose their residents' room).
+    """The pool's patterns filled job by job into placements (_roundings), regrouped into
+    racks, on instances without a rack problem; the pool bound raises the floor on the
+    way. The best of them and the hint is returned as the hint, the next best last: after
+    gathering it may still be the better start (_host_search). In a repack the rounding
+    ignores where containers are (scored with M after); with ``beat`` it is made only if
+    its pool, moving ROUNDING_MOVED of the bytes, could end below that."""
+    deadline = time.monotonic() + options.time_limit * POOL_END_SHARE - watch.elapsed
+    # A repack's rounding uses the pool without residents, which settles in a few rounds
+    # where the repack's own, a host type per host with residents, took 14 s at 2,048
+    # hosts. That pool is no bound (drained hosts lose their residents' room).
     plan = inst
-    if place and inst.has_current and weights.M > 0:
+    if inst.has_current and weights.M > 0:
         plan = replace(inst, current=(None,) * len(inst.containers))
     relaxed = pool.prepare(plan, weights, limits, stay=False)
     if relaxed is None:
@@ -609,19 +642,6 @@ def _pool_turn(
         math.isfinite(answer.bound) and answer.bound + weights.M * ROUNDING_MOVED < beat
     ):
         return floor, hint, start, None  # a repack's rounding cannot beat its start
-    if not place:
-        # A repack's bound again with what its talking jobs send if their residents
-        # stay (pool.Stay): a larger master, started from the first one's patterns. Its
-        # patterns, the residents they keep staying, are a second start (_host_search).
-        tighter = pool.prepare(inst, weights, limits)
-        rounded = None
-        if tighter is not None and tighter.stay is not None and time.monotonic() < deadline:
-            answer = pool.solve(tighter, deadline, start=answer.columns)
-            floor = max(floor, answer.bound)
-            if second and until is not None:
-                rounded = pool.round_by_jobs(inst, tighter, answer, until, keep=True)
-            floor = max(floor, _traded_bound(inst, weights, limits, answer, deadline))
-        return floor, hint, start, rounded
     # Drained hosts may keep only their residents: the placement uses up hosts only.
     placing: pool.PoolProblem | None = relaxed
     if any(plan.hosts[hi].state != "up" for ht in relaxed.types for hi in ht.hosts):
@@ -669,18 +689,13 @@ class _DeferredBound:
         """Raises the floor; returns the rounding of the repack's pool, if any."""
         self.ran = True
         end = self.options.time_limit * HOST_SEARCH_END_SHARE - self.watch.elapsed
-        self.floor, _hint, _start, rounded = _pool_turn(
+        self.floor, rounded = _pool_bound(
             self.inst,
             self.weights,
             self.options,
             limits=self.limits,
             floor=self.floor,
-            hint=None,
-            start=None,
-            watch=self.watch,
-            place=False,
             until=time.monotonic() + end,
-            second=True,
         )
         return rounded
 
@@ -728,7 +743,7 @@ def _roundings(
 def _rounding_may_pay(weights: Weights, start: Score, floor: float) -> bool:
     """Whether a repack should try the pool's rounding, which ignores the current
     placement and moves most containers: only where moving ROUNDING_MOVED of all bytes
-    costs less than the start's distance to the bound; _pool_turn
+    costs less than the start's distance to the bound; _pool_placements
     checks it again against the rounding's own pool (``beat``) before rounding. At 10 s:
     64 hosts at 80% of cores, weights 5,6,9,1, F 0.292 -> 0.273 (the rounding starts at
     0.289, the calmed start at 0.301); 2,048 hosts at 40%, 8,3,3,1, 0.361 -> 0.347; the
@@ -788,7 +803,7 @@ def solve(
         # The rounding is the host search's second start; CP-SAT keeps the calmed one
         # (32 hosts at 80% of cores, 10 s: from the rounding CP-SAT ended at 0.326-0.330,
         # from the calmed start 0.317-0.321, though the rounding started lower).
-        other = _pool_turn(
+        other = _pool_placements(
             inst,
             weights,
             options,
@@ -797,21 +812,15 @@ def solve(
             hint=None,
             start=None,
             watch=watch,
-            place=True,
             beat=start.F if start is not None else None,
         )[1]
-    elif symmetric and not options.deterministic and not deferred:
-        floor, hint, start, other = _pool_turn(
-            inst,
-            weights,
-            options,
-            limits=limits,
-            floor=floor,
-            hint=hint,
-            start=start,
-            watch=watch,
-            place=racks is None and not repack,
+    elif symmetric and not options.deterministic and not deferred and racks is None:
+        floor, hint, start, other = _pool_placements(
+            inst, weights, options, limits=limits, floor=floor, hint=hint, start=start, watch=watch
         )
+    elif symmetric and not options.deterministic and not deferred:
+        # A rack problem places by its own model: the pool only raises the floor.
+        floor = _pool_bound(inst, weights, options, limits=limits, floor=floor)[0]
     # F itself as rack configurations (M and drained hosts kept) for the rack turns.
     exact = racks
     if racks is not None and rackmodel.needs_exact(inst):
