@@ -12,7 +12,7 @@ from test_gather import never_worse, realistic_starts
 from clavis.instance import Assignment, Instance
 from clavis.objectives import Weights, bounds, evaluate
 from clavis.placement import relayout
-from clavis.realistic import ring_edges
+from clavis.realistic import ring_edges, stencil_edges
 
 MB = 1e6
 
@@ -115,3 +115,48 @@ def test_on_realistic_starts_f_never_rises_and_p_and_d_stay() -> None:
             before_o, after_o = evaluate(inst, placed), evaluate(inst, after)
             assert (after_o.P, after_o.D) == (before_o.P, before_o.D)
     assert gains >= 3
+
+
+def _stencil_on_hosts_of(rows: int, cols: int, per_host: int) -> tuple[Instance, Assignment]:
+    """A rows x cols 5-point stencil of 1-core turtles (1 MB/s a pair) on hosts of
+    ``per_host`` cores, one rack, dealt in rank order (each host a run of a grid row)."""
+    n = rows * cols
+    names = [f"c{k:03d}" for k in range(n)]
+    flows = [
+        {"src": names[a], "dst": names[b], "bytes_per_s": MB}
+        for a, b in stencil_edges(n)
+        if a < b  # one flow a pair
+    ]
+    job: dict[str, Any] = {
+        "name": "stencil",
+        "containers": [container(nm, cores=1, mpki=1) for nm in names],
+        "traffic": flows,
+    }
+    hosts = [host(f"h{i:02d}", "r1", cores=per_host) for i in range(-(-n // per_host))]
+    inst = instance(hosts, [job])
+    return inst, tuple(k // per_host for k in range(n))
+
+
+def test_a_stencil_on_hosts_of_twelve_is_dealt_in_bands_of_blocks() -> None:
+    # 16 x 32 cells, 12 a host: Morton runs of 12 are L-shapes (and rank order is runs
+    # of rows); bands four cells wide deal 4 x 3 blocks (the 1,024-host bench's seed 1
+    # has such a stencil of 2-core turtles beside calm devils). Each block keeps at most 17 of
+    # its pairs (shapes.lattice_most), so 43 hosts cut at least 976 - 43 * 17 = 245.
+    inst, placed = _stencil_on_hosts_of(16, 32, 12)
+    shape = relayout.components(inst)[0].shape
+    assert shape is not None and shape.kind == "grid"
+    orders = shape.orders()
+    assert len(orders) > 1
+    assert all(sorted(order) == list(range(16 * 32)) for order in orders)
+
+    def cut(layout: Assignment) -> int:
+        return round(evaluate(inst, layout).C / (MB * inst.same_rack_cost))
+
+    by_morton = list(placed)
+    for c, h in relayout.deal(inst, relayout.components(inst)[0], list(placed)).items():
+        by_morton[c] = h
+    after = _run(inst, placed, Weights(0, 0, 1))
+    # Rank order cuts 517 pairs, Morton order 336, bands 254.
+    assert cut(placed) > cut(tuple(by_morton)) > cut(after) + 60
+    assert 245 <= cut(after) <= 260
+    assert _per_host(inst, after) == _per_host(inst, placed)

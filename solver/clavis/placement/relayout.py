@@ -8,8 +8,10 @@ nearly every pair across hosts, while no single swap undoes it. Where the set's 
 form a ring or a grid (shapes.py), its containers are dealt anew in the shape's order
 (round the ring; a grid's cells in Morton order, whose runs are near-square blocks) onto
 the hosts it holds, a rack's hosts together, each container to the next host in turn
-with a place of its kind. The new layout is kept when the weighted C + M goes down,
-computed from the set's own flows (a set any all-to-all entry touches is left alone:
+with a place of its kind. A 2-D grid is also dealt in bands a few cells wide
+(shapes.Shape.orders), whose runs are near-square blocks where Morton's are not (runs
+of 12: 4 x 3 blocks, not L-shapes). The best layout is kept when the weighted C + M goes
+down, computed from the set's own flows (a set any all-to-all entry touches is left alone:
 its C is not the set's alone).
 
 On the 60 s answers of the realistic snapshots it lowers F by 0.35% (1,024 hosts, seed 1),
@@ -49,10 +51,13 @@ def _moved(inst: Instance, comp: Component, host_of: list[int]) -> float:
     )
 
 
-def deal(inst: Instance, comp: Component, host_of: list[int]) -> dict[int, int]:
-    """The set's containers dealt in its shape's order over the places it holds now:
-    container -> host, every host keeping its count of each kind. A container on a
-    drained host stays: the host keeps its own containers but takes no other."""
+def deal(
+    inst: Instance, comp: Component, host_of: list[int], order: tuple[int, ...] | None = None
+) -> dict[int, int]:
+    """The set's containers dealt in an order of its shape (by default its first) over
+    the places it holds now: container -> host, every host keeping its count of each
+    kind. A container on a drained host stays: the host keeps its own containers but
+    takes no other."""
     kind_of = {c: (inst.containers[c].devil, inst.containers[c].cores) for c in comp.members}
     pinned = {c for c in comp.members if inst.hosts[host_of[c]].state != "up"}
     places: dict[int, Counter[Kind]] = {}
@@ -63,7 +68,9 @@ def deal(inst: Instance, comp: Component, host_of: list[int]) -> dict[int, int]:
     hosts = sorted(places, key=lambda h: (inst.hosts[h].rack, -sum(places[h].values()), h))
     dealt: dict[int, int] = {}
     turn = 0  # the first host that may still have a place
-    for node in comp.shape.order if comp.shape else ():
+    if order is None:
+        order = comp.shape.order if comp.shape else ()
+    for node in order:
         c = comp.members[node]
         if c in pinned:
             dealt[c] = host_of[c]
@@ -102,12 +109,27 @@ def improve(
     for comp in sets:
         if time.monotonic() >= deadline:
             break
-        before = k_c * _cost(inst, comp, host_of) + k_m * _moved(inst, comp, host_of)
-        was = {c: host_of[c] for c in comp.members}
-        for c, h in deal(inst, comp, host_of).items():
-            host_of[c] = h
-        after = k_c * _cost(inst, comp, host_of) + k_m * _moved(inst, comp, host_of)
-        if after >= before - GAIN:
-            for c, h in was.items():
-                host_of[c] = h
+        _best_layout(inst, comp, host_of, k_c=k_c, k_m=k_m)
     return tuple(host_of)
+
+
+def _best_layout(
+    inst: Instance, comp: Component, host_of: list[int], *, k_c: float, k_m: float
+) -> None:
+    """The set dealt in each of its shape's orders from where it is now; the one with
+    the least weighted C + M is kept (in ``host_of``) if it beats the present layout."""
+    assert comp.shape is not None
+    was = {c: host_of[c] for c in comp.members}
+    best = k_c * _cost(inst, comp, host_of) + k_m * _moved(inst, comp, host_of) - GAIN
+    chosen: dict[int, int] | None = None
+    for order in comp.shape.orders():
+        dealt = deal(inst, comp, host_of, order)
+        for c, h in dealt.items():
+            host_of[c] = h
+        value = k_c * _cost(inst, comp, host_of) + k_m * _moved(inst, comp, host_of)
+        for c, h in was.items():
+            host_of[c] = h
+        if value < best:
+            best, chosen = value, dealt
+    for c, h in (chosen or {}).items():
+        host_of[c] = h
