@@ -595,7 +595,10 @@ def _pool_bound(
     answer = pool.solve(relaxed, deadline)
     floor = max(floor, answer.bound)
     tighter = pool.prepare(inst, weights, limits)
-    if tighter is None or tighter.stay is None or time.monotonic() >= deadline:
+    # Without Stay rows (no residents talk across hosts) it is the master above.
+    if tighter is None or tighter.stay is None or not tighter.stay.row_job:
+        return floor, None
+    if time.monotonic() >= deadline:
         return floor, None
     answer = pool.solve(tighter, deadline, start=answer.columns)
     floor = max(floor, answer.bound)
@@ -642,10 +645,12 @@ def _pool_placements(
         math.isfinite(answer.bound) and answer.bound + weights.M * ROUNDING_MOVED < beat
     ):
         return floor, hint, start, None  # a repack's rounding cannot beat its start
-    # Drained hosts may keep only their residents: the placement uses up hosts only.
+    # Drained hosts may keep only their residents: the placement uses up hosts only. And
+    # it follows a master without the capacity floor (pool.prepare).
     placing: pool.PoolProblem | None = relaxed
-    if any(plan.hosts[hi].state != "up" for ht in relaxed.types for hi in ht.hosts):
-        placing = pool.prepare(plan, weights, limits, up_only=True)
+    drained = any(plan.hosts[hi].state != "up" for ht in relaxed.types for hi in ht.hosts)
+    if drained or (relaxed.stay is not None and relaxed.stay.shared >= 0):
+        placing = pool.prepare(plan, weights, limits, up_only=drained, capacity=False)
         if placing is not None:
             answer = pool.solve(placing, deadline)
     if placing is None:
@@ -710,8 +715,10 @@ def _traded_bound(
     if now >= deadline:
         return 0.0
     traded = pool.prepare(inst, weights, limits, trade_until=now + TRADE_SHARE * (deadline - now))
-    if traded is None or traded.stay is None or not traded.stay.trade:
+    if traded is None or traded.stay is None:
         return 0.0
+    if not any(k != traded.stay.shared for k, _least in traded.stay.trade):
+        return 0.0  # no job gained a trade row of its own
     return pool.solve(traded, deadline, start=answer.columns).bound
 
 
