@@ -33,12 +33,10 @@ from clavis.placement import shapes
 from clavis.placement.lower import (
     Component,
     _capacities,
-    _cut_entry,
-    _cut_flows,
     _keep,
     components,
     host_cost,
-    traffic_floor_by_job,
+    traffic_floor_parts,
 )
 
 Kept = Callable[[int], float]  # containers on one host -> most bytes/s they keep
@@ -50,7 +48,6 @@ class _Job:
     size: int  # containers
     sent: float = 0.0  # bytes/s of all its pairs
     parts: list[Kept] | None = None  # per talking part: what m of it keep at most
-    host_floor: float = 0.0  # traffic_floor's host part (bytes/s cut)
 
 
 def _component_kept(comp: Component, largest: int) -> Kept:
@@ -91,7 +88,6 @@ def _jobs(inst: Instance, which: set[int]) -> dict[int, _Job]:
         if job is None:
             continue
         job.sent += sum(comp.pairs)
-        job.host_floor += _cut_flows([comp], largest)
         if job.parts is not None:
             job.parts.append(_component_kept(comp, largest))
     for u in inst.uniform:
@@ -99,7 +95,6 @@ def _jobs(inst: Instance, which: set[int]) -> dict[int, _Job]:
         if job is None:
             continue
         job.sent += u.bytes_per_s * u.pairs
-        job.host_floor += _cut_entry(inst, u, largest)
         if job.parts is not None:
             job.parts.append(_entry_kept(u.bytes_per_s))
     return out
@@ -132,7 +127,7 @@ def _floor(inst: Instance, which: set[int]) -> float:
     jobs = _jobs(inst, which) if usable else {}
     if not jobs:
         return 0.0
-    by_job = traffic_floor_by_job(inst)
+    floors = traffic_floor_parts(inst)  # per job: bytes/s cut across hosts, rack part
     per_host = host_cost(inst)
     cores_of: dict[int, int] = defaultdict(int)
     for _, cap in usable:
@@ -144,11 +139,12 @@ def _floor(inst: Instance, which: set[int]) -> float:
     room = {cap: lp.Constraint(-inf, float(total)) for cap, total in cores_of.items()}
     objective = lp.Objective()
     objective.SetMinimization()
-    rack_parts = 0.0
+    own = rack_parts = 0.0
     for j, job in jobs.items():
-        host_part = per_host * job.host_floor
-        rack_parts += max(0.0, by_job.get(j, 0.0) - host_part)
-        cut = lp.NumVar(host_part, inf, "")
+        host_cut, rack_part = floors.get(j, (0.0, 0.0))
+        own += per_host * host_cut
+        rack_parts += rack_part
+        cut = lp.NumVar(per_host * host_cut, inf, "")
         objective.SetCoefficient(cut, 1.0)
         if job.parts is None:
             continue  # mixed sizes: its floor only; its cores are counted below
@@ -182,5 +178,4 @@ def _floor(inst: Instance, which: set[int]) -> float:
     # GLOP's tolerances are far below this margin (a billionth of all that is sent), and
     # the jobs' own floors hold whatever it returns.
     margin = 1e-9 * per_host * sum(job.sent for job in jobs.values())
-    own = sum(per_host * job.host_floor for job in jobs.values())
     return max(own, float(objective.Value()) - margin) + rack_parts

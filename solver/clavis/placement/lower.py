@@ -778,6 +778,13 @@ def traffic_floor(inst: Instance) -> float:
 def traffic_floor_by_job(inst: Instance) -> dict[int, float]:
     """traffic_floor per job: every part of it is one job's talking set or all-to-all
     entry, so each job's C is at least its own part."""
+    per_host = host_cost(inst)
+    return {job: per_host * cut + rack for job, (cut, rack) in traffic_floor_parts(inst).items()}
+
+
+def traffic_floor_parts(inst: Instance) -> dict[int, tuple[float, float]]:
+    """traffic_floor_by_job in its two parts, per job: the bytes/s it cuts across hosts
+    at least (each costs host_cost), and the C its crossing racks adds to that."""
     if not inst.flows and not inst.uniform:
         return {}
     usable = _capacities(inst)
@@ -787,19 +794,19 @@ def traffic_floor_by_job(inst: Instance) -> dict[int, float]:
     rack_cap = max(_racks(inst, usable)[1].values())
     cr, cx = inst.same_rack_cost, inst.cross_rack_cost
     racks = len({h.rack for h in inst.hosts}) > 1 and cx >= cr
-    per_host = host_cost(inst)
-    out: dict[int, float] = defaultdict(float)
+    cut: dict[int, float] = defaultdict(float)
+    rack: dict[int, float] = defaultdict(float)
     for comp in components(inst):
         # A flow across racks also crosses hosts: cost cr, plus cx - cr for leaving the rack.
-        out[comp.job] += per_host * _cut_flows([comp], host_cap)
+        cut[comp.job] += _cut_flows([comp], host_cap)
         if racks:
-            out[comp.job] += (cx - cr) * _cut_flows([comp], rack_cap)
+            rack[comp.job] += (cx - cr) * _cut_flows([comp], rack_cap)
     for u in inst.uniform:
         job = inst.containers[u.members[0]].job
-        out[job] += per_host * _cut_entry(inst, u, host_cap)
+        cut[job] += _cut_entry(inst, u, host_cap)
         if racks:
-            out[job] += (cx - cr) * _cut_entry(inst, u, rack_cap)
-    return dict(out)
+            rack[job] += (cx - cr) * _cut_entry(inst, u, rack_cap)
+    return {job: (value, rack[job]) for job, value in cut.items()}
 
 
 def lower_bound(inst: Instance, weights: Weights, limits: Bounds) -> LowerBound:

@@ -37,8 +37,9 @@ their links (Stay): a job's C is the larger of that and its floor plus calm cros
 C is bounded apart (lower.traffic_floor), plus the traffic a job must send if it stays
 calm (lower.calm_crossing, charged by 1 - y), and M is at least 0, so adding them keeps a
 lower bound on F. The talking jobs outside the Stay rows also share the hosts' sizes
-(capacity.py): their C together is at least their capacity floor (_with_shared). Down hosts run nothing; a drained host counts as a host of its residents'
-cores that may run anything, which only enlarges the feasible set.
+(capacity.py): their C together is at least their capacity floor (_with_shared). Down
+hosts run nothing; a drained host counts as a host of its residents' cores that may run
+anything, which only enlarges the feasible set.
 
 On realistic snapshots the relaxation's shares come out whole (each y is 0 or 1), and its
 patterns say how to place: pack the lagging jobs' devils densely on a few large hosts and
