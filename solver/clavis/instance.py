@@ -88,6 +88,16 @@ class Instance:
             out[c.job].append(i)
         return tuple(tuple(x) for x in out)
 
+    @cached_property
+    def job_traffic(self) -> tuple[float, ...]:
+        """Per job, the bytes/s its containers exchange: explicit flows and all-to-all."""
+        out = [0.0] * len(self.jobs)
+        for f in self.flows:
+            out[self.containers[f.a].job] += f.bytes_per_s
+        for u in self.uniform:
+            out[self.containers[u.members[0]].job] += u.bytes_per_s * u.pairs
+        return tuple(out)
+
     def all_flows(self) -> tuple[Flow, ...]:
         """Explicit flows with the all-to-all traffic spelt out pair by pair (for models
         that only know flows; quadratic in job size)."""

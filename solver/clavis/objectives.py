@@ -274,9 +274,7 @@ def bounds(inst: Instance) -> Bounds:
     d_hi = float(sum(c.cores for c in inst.containers if c.devil))
     single_rack = len({h.rack for h in inst.hosts}) == 1
     worst_link = inst.same_rack_cost if single_rack else inst.cross_rack_cost
-    c_hi = (
-        sum(f.bytes_per_s for f in inst.flows) + sum(u.bytes_per_s * u.pairs for u in inst.uniform)
-    ) * worst_link
+    c_hi = sum(inst.job_traffic) * worst_link
     placed = zip(inst.containers, inst.current, strict=True)
     m_hi = float(sum(c.memory_bytes for c, cur in placed if cur is not None))
     return Bounds(

@@ -277,9 +277,7 @@ def prepare(
     for r, c in enumerate(racks.values()):
         racks_of_type[kind_index[tuple(sorted(c.items()))]].append(r)
     rates = pair_rates(inst, groups)
-    total = sum(f.bytes_per_s for f in inst.flows) + sum(
-        u.bytes_per_s * u.pairs for u in inst.uniform
-    )
+    total = sum(inst.job_traffic)
     multi_rack = len({h.rack for h in inst.hosts}) > 1
     cr, cx = inst.same_rack_cost, inst.cross_rack_cost
     # C = sum_flows w * (worst - (worst - cr) * same_rack - cr * same_host), with

@@ -46,7 +46,7 @@ Kept = Callable[[int], float]  # containers on one host -> most bytes/s they kee
 class _Job:
     cores: int  # per container (jobs of mixed sizes keep only their floor)
     size: int  # containers
-    sent: float = 0.0  # bytes/s of all its pairs
+    sent: float  # bytes/s of all its pairs
     parts: list[Kept] | None = None  # per talking part: what m of it keep at most
 
 
@@ -80,22 +80,21 @@ def _jobs(inst: Instance, which: set[int]) -> dict[int, _Job]:
         if c.job in which:
             sizes[c.job].add(c.cores)
     out = {
-        j: _Job(min(cores), len(inst.job_containers[j]), parts=[] if len(cores) == 1 else None)
+        j: _Job(
+            min(cores),
+            len(inst.job_containers[j]),
+            inst.job_traffic[j],
+            parts=[] if len(cores) == 1 else None,
+        )
         for j, cores in sizes.items()
     }
     for comp in components(inst):
         job = out.get(comp.job)
-        if job is None:
-            continue
-        job.sent += sum(comp.pairs)
-        if job.parts is not None:
+        if job is not None and job.parts is not None:
             job.parts.append(_component_kept(comp, largest))
     for u in inst.uniform:
         job = out.get(inst.containers[u.members[0]].job)
-        if job is None:
-            continue
-        job.sent += u.bytes_per_s * u.pairs
-        if job.parts is not None:
+        if job is not None and job.parts is not None:
             job.parts.append(_entry_kept(u.bytes_per_s))
     return out
 

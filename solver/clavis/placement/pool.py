@@ -299,34 +299,12 @@ def prepare(
     types = tuple(HostType(c, t, s, r, tuple(hs)) for (c, t, s, r), hs in sorted(kinds.items()))
     types += tuple(own)
     rows: Stay | None = None
+    charges = _Charges(units, shares, len(types), by_job, crossing, k_c)
     if staying:
         ranked = {ht.hosts[0]: (t, gains[ht.hosts[0]][2]) for t, ht in enumerate(types) if ht.keep}
-        rows = _stay(
-            inst,
-            staying,
-            units=units,
-            shares=shares,
-            ranked=ranked,
-            types=len(types),
-            by_job=by_job,
-            crossing=crossing,
-            k_c=k_c,
-            k_m=k_m,
-            trade_until=trade_until,
-        )
+        rows = _stay(inst, staying, charges, ranked, k_m=k_m, trade_until=trade_until)
     if pooled:
-        rows = _with_shared(
-            inst,
-            rows,
-            pooled,
-            shared,
-            units=units,
-            shares=shares,
-            types=len(types),
-            by_job=by_job,
-            crossing=crossing,
-            k_c=k_c,
-        )
+        rows = _with_shared(inst, rows, pooled, shared, charges)
     floors = Objectives(
         P=k_p * sum(h.empty_w for h in inst.hosts),
         D=0.0,
@@ -372,27 +350,35 @@ def _staying_jobs(inst: Instance) -> set[int]:
     return jobs
 
 
+@dataclass(frozen=True)
+class _Charges:
+    """What prepare() has worked out that the Stay rows charge from."""
+
+    units: list[Straggler]
+    shares: list[float]  # per unit: its part of its job's devil cores
+    types: int  # host types
+    by_job: dict[int, float]  # per talking job: its traffic floor (lower.py)
+    crossing: dict[int, float]  # per devil job: what it sends if calm (lower.py)
+    k_c: float
+
+
 def _stay(
     inst: Instance,
     staying: set[int],
-    *,
-    units: list[Straggler],
-    shares: list[float],
+    charges: _Charges,
     ranked: dict[int, tuple[int, Ranked]],
-    types: int,
-    by_job: dict[int, float],
-    crossing: dict[int, float],
-    k_c: float,
+    *,
     k_m: float = 0.0,
     trade_until: float | None = None,
 ) -> Stay:
     """The Stay rows of a repack: ``ranked`` gives per host with residents its type and,
     per group, its residents in keep's order."""
+    units, shares, k_c = charges.units, charges.shares, charges.k_c
+    by_job, crossing = charges.by_job, charges.crossing
     cur, racks = inst.current, [h.rack for h in inst.hosts]
     jobs = tuple(sorted(staying))
     index = {job: k for k, job in enumerate(jobs)}
     most = max(inst.same_rack_cost, inst.cross_rack_cost)
-    sent: dict[int, float] = defaultdict(float)  # per job: all its bytes/s
     rows: dict[tuple[int, int, int], int] = {}
     row_bytes: list[float] = []
     near: dict[int, dict[int, float]] = defaultdict(lambda: defaultdict(float))  # ci: row: B/s
@@ -406,7 +392,6 @@ def _stay(
 
     for f in inst.flows:
         job = inst.containers[f.a].job
-        sent[job] += f.bytes_per_s
         a, b = cur[f.a], cur[f.b]
         if job in index and a is not None and b is not None and a != b:
             r = row(job, a, b)
@@ -415,7 +400,6 @@ def _stay(
             near[f.b][r] += f.bytes_per_s
     for u in inst.uniform:
         job = inst.containers[u.members[0]].job
-        sent[job] += u.bytes_per_s * u.pairs
         if job not in index:
             continue
         on: dict[int, list[int]] = defaultdict(list)
@@ -464,7 +448,7 @@ def _stay(
             if least is not None and least > floor[k] + EPS:
                 trade_row[k] = len(new) + len(trade)
                 trade.append((k, least - moved[k]))
-    resident: list[tuple[tuple[tuple[tuple[int, float], ...], ...], ...]] = [()] * types
+    resident: list[tuple[tuple[tuple[tuple[int, float], ...], ...], ...]] = [()] * charges.types
     for t, per_group in ranked.values():
         resident[t] = tuple(
             tuple(
@@ -483,7 +467,7 @@ def _stay(
         jobs,
         tuple(floor),
         tuple(penalty),
-        tuple(k_c * most * sent[job] for job in jobs),
+        tuple(k_c * most * inst.job_traffic[job] for job in jobs),
         tuple(index[keys[r][0]] for r in kept_rows),
         tuple(cost[r] for r in kept_rows),
         unit_job,
@@ -498,25 +482,17 @@ def _with_shared(
     rows: Stay | None,
     pooled: set[int],
     shared: float,
-    *,
-    units: list[Straggler],
-    shares: list[float],
-    types: int,
-    by_job: dict[int, float],
-    crossing: dict[int, float],
-    k_c: float,
+    charges: _Charges,
 ) -> Stay:
     """The Stay block with one more job: the talking jobs ``pooled`` together, their C
     at least their floors plus their crossing if calm (each job's as before, summed) and
     at least ``shared``, their capacity floor (a trade row without residents)."""
-    base = rows or Stay(
-        (), (), (), (), (), (), (-1,) * len(units), (0.0,) * len(units), ((),) * types
-    )
+    units, shares, k_c = charges.units, charges.shares, charges.k_c
+    by_job, crossing = charges.by_job, charges.crossing
+    none = len(units)
+    base = rows or Stay((), (), (), (), (), (), (-1,) * none, (0.0,) * none, ((),) * charges.types)
     k = len(base.jobs)
-    sent = sum(f.bytes_per_s for f in inst.flows if inst.containers[f.a].job in pooled)
-    for u in inst.uniform:
-        if inst.containers[u.members[0]].job in pooled:
-            sent += u.bytes_per_s * u.pairs
+    sent = sum(inst.job_traffic[j] for j in pooled)
     most = max(inst.same_rack_cost, inst.cross_rack_cost)
     mine = [u.job in pooled for u in units]
     return replace(
@@ -1353,15 +1329,6 @@ def _lagging_enough(
     return lagging
 
 
-def _traffic_by_job(inst: Instance) -> dict[int, float]:
-    out: dict[int, float] = defaultdict(float)
-    for f in inst.flows:
-        out[inst.containers[f.a].job] += f.bytes_per_s
-    for u in inst.uniform:
-        out[inst.containers[u.members[0]].job] += u.bytes_per_s * u.pairs
-    return out
-
-
 def lagging_whole(inst: Instance, answer: PoolAnswer) -> Instance | None:
     """The instance as a second rounding should see it: the turtles of every talking job
     the master lets lag counted as devils, so the master packs such a job whole on its
@@ -1377,7 +1344,9 @@ def lagging_whole(inst: Instance, answer: PoolAnswer) -> Instance | None:
     those turtles' cores as lagging devil cores), so the caller scores both roundings
     on the real instance and keeps the better (there: F 0.312 -> 0.299 after regrouping
     and exchanges, and 1,024 hosts, seeds 1-4, 0.6-2.0% lower)."""
-    whole = _traffic_by_job(inst).keys() & answer.lagging
+    talking = {inst.containers[f.a].job for f in inst.flows}
+    talking |= {inst.containers[u.members[0]].job for u in inst.uniform}
+    whole = talking & answer.lagging
     if not any(c.job in whole and not c.devil for c in inst.containers):
         return None
     return replace(
@@ -1442,7 +1411,7 @@ def round_by_jobs(
                     slots[(hi, key)] = slots.get((hi, key), 0) + units
                     room[(key, calm_of[hi])][inst.hosts[hi].rack] += units
     group_of = {(g.cores, g.devil): gi for gi, g in enumerate(pb.groups)}
-    traffic = _traffic_by_job(inst)
+    traffic = inst.job_traffic
     assignment: list[int | None] = [None] * len(inst.containers)
 
     # Per up host, the cores its template leaves free (all of an unused host's).
@@ -1503,7 +1472,7 @@ def round_by_jobs(
     for ci, c in enumerate(inst.containers):
         if assignment[ci] is None:
             members[c.job].append(ci)
-    for job in sorted(members, key=lambda j: (-traffic.get(j, 0.0), j)):
+    for job in sorted(members, key=lambda j: (-traffic[j], j)):
         if time.monotonic() >= deadline:
             return None
         near = near_of[job][:8]
