@@ -470,6 +470,27 @@ def test_a_calm_all_to_all_of_devils_pays_for_leaving_its_racks() -> None:
     assert min(evaluate(inst, a).C for a in calm) == pytest.approx(2 * pair + 4 * pair * 4)
 
 
+def test_a_calm_all_to_all_with_turtles_pays_for_the_devils_that_leave_its_rack() -> None:
+    # Three 2-core devils and two 2-core turtles talking all to all (2w a pair), hosts of
+    # 8 cores that tolerate 2 devil cores, two racks of two: one rack holds them all
+    # (40 at least), but calm each devil has a host of its own, so one devil is in the
+    # other rack and its 4 pairs cross racks, each 3 x 2w beyond its host cost. Counted
+    # only for entries of devils alone, the bound said 50 for a calm job; the least C of
+    # a calm placement is 190.
+    w = 5.0
+    hosts = [host(f"h{i}", f"r{i // 2}", cores=8, domains=2) for i in range(4)]
+    members = [container(f"d{i}", 2, mpki=20) for i in range(3)]
+    members += [container(f"t{i}", 2) for i in range(2)]
+    job = {"name": "j", "containers": members, "all_to_all_bytes_per_s": w}
+    inst = instance(hosts, [job], links={"same_rack": 1.0, "cross_rack": 4.0})
+    rack_part = 4 * 2 * w * 3
+    calm_bound = lower.traffic_floor(inst) + lower.calm_crossing(inst)[0]
+    assert calm_bound >= rack_part + 2 * 2 * w  # its rack part and the devils' own hosts
+    calm = [a for a in feasible_assignments(inst) if not straggling_jobs(inst, a)]
+    assert calm_bound <= min(evaluate(inst, a).C for a in calm) == pytest.approx(190.0)
+    assert min(evaluate(inst, a).C for a in feasible_assignments(inst)) == pytest.approx(40.0)
+
+
 def test_a_calm_job_loses_its_devil_pairs_and_each_turtles_extra_devils_whole() -> None:
     # Three one-core devils talking in a triangle and a 2-core turtle talking to all
     # three, on 4-core hosts that tolerate one devil core: calm, each devil has a host

@@ -562,8 +562,9 @@ def calm_crossing(inst: Instance) -> dict[int, float]:
     devil) plus the heaviest turtle neighbours that fit beside it (fractional knapsack);
     the rest of its traffic crosses, and each crossing flow is seen from both ends. A
     job of devils only (_devils_apart) is also split into places of t devils per host
-    and t per usable host of a rack, which rings and stencils pay for more, and so is an
-    all-to-all entry of devils only (_devils_all_to_all)."""
+    and t per usable host of a rack, which rings and stencils pay for more; an all-to-all
+    entry with devils is split into racks of t devils per usable host and its turtles
+    (_calm_all_to_all)."""
     usable = _capacities(inst)
     if not usable or (not inst.flows and not inst.uniform):
         return {}
@@ -620,7 +621,7 @@ def calm_crossing(inst: Instance) -> dict[int, float]:
     for u in inst.uniform:
         credited[inst.containers[u.members[0]].job] += _cut_entry(inst, u, cap)
     apart = _devils_apart(inst, usable, tol, smallest)
-    for job, rack_part in _devils_all_to_all(inst, usable, tol, smallest).items():
+    for job, rack_part in _calm_all_to_all(inst, usable, tol, smallest).items():
         host_part, before = apart.get(job, (0.0, 0.0))
         apart[job] = (host_part, before + rack_part)
     out = {}
@@ -728,13 +729,14 @@ def _devils_apart(
     return out
 
 
-def _devils_all_to_all(
+def _calm_all_to_all(
     inst: Instance, usable: list[tuple[int, int]], tol: int, smallest: dict[int, int]
 ) -> dict[int, float]:
-    """Per job whose all-to-all entry has devils only: the C its rack part adds if calm,
-    beyond traffic_floor's. Calm, it has at most t devils on a host, so a rack holds at
-    most t per usable host of it (and its cores' worth); the pairs kept in racks are at
-    most those of filling the roomiest racks first (n (n - 1) / 2 is convex), and every
+    """Per devil job with an all-to-all entry: the C its rack part adds if calm, beyond
+    traffic_floor's. Calm, it has at most t devils on a host, so a rack holds at most t
+    per usable host of them (and its cores' worth), and beside them at most all the
+    entry's turtles: a cap on the members in each rack. The pairs kept in racks are at
+    most those of filling the largest caps first (n (n - 1) / 2 is convex), and every
     other pair crosses racks."""
     hosts, cores = _racks(inst, usable)
     cr, cx = inst.same_rack_cost, inst.cross_rack_cost
@@ -744,15 +746,21 @@ def _devils_all_to_all(
     out: dict[int, float] = defaultdict(float)
     for u in inst.uniform:
         job = inst.containers[u.members[0]].job
-        if job not in smallest or not all(inst.containers[m].devil for m in u.members):
+        devils = sum(1 for m in u.members if inst.containers[m].devil)
+        if job not in smallest or devils == 0:
             continue
         t = max(1, tol // smallest[job])
-        room = sorted((min(t * hosts[r], cores[r] // smallest[job]) for r in hosts), reverse=True)
+        least = min(inst.containers[m].cores for m in u.members)
+        turtles = len(u.members) - devils
+        calm = {r: min(t * hosts[r], cores[r] // smallest[job]) for r in hosts}
+        if sum(calm.values()) < devils:  # more devils than calm hosts hold: never calm
+            continue
+        room = sorted((min(cores[r] // least, calm[r] + turtles) for r in hosts), reverse=True)
         left, kept = len(u.members), 0
         for most in room:
             n = min(most, left)
             kept, left = kept + n * (n - 1) // 2, left - n
-        if left:  # more devils than calm hosts hold: the job cannot be calm
+        if left:
             continue
         crossing = len(u.members) * (len(u.members) - 1) // 2 - kept
         already = _cut_entry(inst, u, rack_cap)
