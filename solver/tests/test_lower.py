@@ -491,6 +491,77 @@ def test_a_calm_all_to_all_with_turtles_pays_for_the_devils_that_leave_its_rack(
     assert min(evaluate(inst, a).C for a in feasible_assignments(inst)) == pytest.approx(40.0)
 
 
+def test_a_calm_ring_with_a_turtle_pays_for_leaving_its_rack() -> None:
+    # A ring of four 2-core devils and one 2-core turtle (w a flow), hosts of 8 cores
+    # that tolerate 2 devil cores, two racks of two: uncalm, two hosts of one rack hold
+    # it (2 flows cut, 10); calm, a rack holds two devils and the turtle at most, so the
+    # ring leaves its rack at two flows, each 3w beyond its host cost: 50, which the
+    # floor plus the calm crossing now reach (a job with a turtle had no rack part: 20).
+    w = 5.0
+    hosts = [host(f"h{i}", f"r{i // 2}", cores=8, domains=2) for i in range(4)]
+    names = [f"d{i}" for i in range(4)] + ["t"]
+    members = [container(n, 2, mpki=20) for n in names[:4]] + [container("t", 2)]
+    ring = [{"src": names[k], "dst": names[(k + 1) % 5], "bytes_per_s": w} for k in range(5)]
+    job = {"name": "j", "containers": members, "traffic": ring}
+    inst = instance(hosts, [job], links={"same_rack": 1.0, "cross_rack": 4.0})
+    calm = [a for a in feasible_assignments(inst) if not straggling_jobs(inst, a)]
+    least = min(evaluate(inst, a).C for a in calm)
+    assert least == pytest.approx(50.0)
+    assert lower.traffic_floor(inst) + lower.calm_crossing(inst)[0] == pytest.approx(least)
+    assert min(evaluate(inst, a).C for a in feasible_assignments(inst)) == pytest.approx(10.0)
+
+
+def _calm_job_case(seed: int) -> Instance:
+    """One job of 3-6 containers, devils and turtles, talking in a ring, a path, a star
+    or all to all, on two or three racks of one or two small hosts."""
+    rng = random.Random(seed)
+    per, cores = rng.choice([1, 2]), rng.choice([4, 8])
+    tolerance = min(rng.choice([1, 2, 4]), cores)
+    racks = rng.choice([2, 3])
+    hosts = [
+        host(f"h{i}", f"r{i // per}", cores=cores, domains=tolerance) for i in range(racks * per)
+    ]
+    names = [f"c{k}" for k in range(rng.randint(3, 6))]
+    n = len(names)
+    members = [
+        container(x, rng.choice([1, 2]), mpki=20 if rng.random() < 0.6 else 1) for x in names
+    ]
+    job: dict[str, Any] = {"name": "j", "containers": members}
+    kind = rng.choice(["ring", "path", "star", "all"])
+    if kind == "all":
+        job["all_to_all_bytes_per_s"] = 5.0
+    else:
+        pairs = {
+            "ring": [(names[k], names[(k + 1) % n]) for k in range(n)],
+            "path": [(names[k], names[k + 1]) for k in range(n - 1)],
+            "star": [(names[0], b) for b in names[1:]],
+        }[kind]
+        job["traffic"] = [{"src": a, "dst": b, "bytes_per_s": rng.randint(1, 5)} for a, b in pairs]
+    links = {"same_rack": 1.0, "cross_rack": rng.choice([1.0, 2.0, 4.0])}
+    return instance(hosts, [job], links=links)
+
+
+def test_floor_and_calm_crossing_never_exceed_what_a_calm_job_sends() -> None:
+    checked = tight = 0
+    for seed in range(300):
+        inst = _calm_job_case(seed)
+        crossing = lower.calm_crossing(inst)
+        if 0 not in crossing:
+            continue
+        try:
+            placements = feasible_assignments(inst, max_leaves=50_000)
+        except TooLargeError:
+            continue
+        calm = [evaluate(inst, a).C for a in placements if not straggling_jobs(inst, a)]
+        if not calm:
+            continue
+        checked += 1
+        bound = lower.traffic_floor(inst) + crossing[0]
+        assert bound <= min(calm) + 1e-6, seed
+        tight += bound >= min(calm) - 1e-6
+    assert checked >= 50 and tight >= 20  # the cases are varied and the bound not idle
+
+
 def test_a_calm_job_loses_its_devil_pairs_and_each_turtles_extra_devils_whole() -> None:
     # Three one-core devils talking in a triangle and a 2-core turtle talking to all
     # three, on 4-core hosts that tolerate one devil core: calm, each devil has a host

@@ -701,26 +701,28 @@ def _racks(inst: Instance, usable: list[tuple[int, int]]) -> tuple[dict[int, int
 def _devils_apart(
     inst: Instance, usable: list[tuple[int, int]], tol: int, smallest: dict[int, int]
 ) -> dict[int, tuple[float, float]]:
-    """Per job of devils only, joined by explicit flows alone: the bytes/s it cuts if
-    calm, split into places of t devils (a host), and the C its rack part adds beyond
-    traffic_floor's, split into places of t devils per usable host of the largest rack
-    (a rack): each the most of the q - 1 lightest flows and the eigenvalue bound."""
+    """Per devil job joined by explicit flows alone: the bytes/s it cuts if calm, split
+    into places of t devils (a host; for a job of devils only), and the C its rack part
+    adds beyond traffic_floor's, split into places of t devils per usable host of the
+    largest rack and at most all its turtles beside them (a rack): each the most of the
+    q - 1 lightest flows and the eigenvalue bound."""
     uniform_jobs = {inst.containers[u.members[0]].job for u in inst.uniform}
-    turtle_jobs = {c.job for c in inst.containers if not c.devil}
     per_rack, rack_cores = _racks(inst, usable)
     racks = len({h.rack for h in inst.hosts}) > 1
     cr, cx = inst.same_rack_cost, inst.cross_rack_cost
     out: dict[int, tuple[float, float]] = {}
     for comp in components(inst):
         job = comp.job
-        if job not in smallest or job in uniform_jobs or job in turtle_jobs:
+        if job not in smallest or job in uniform_jobs:
             continue
+        turtles = sum(1 for ci in comp.members if not inst.containers[ci].devil)
+        least = min(cores for cores, _, _ in comp.nodes)
         t = max(1, tol // smallest[job])
-        host_part = _split_cut(comp, t, smallest[job])
+        host_part = 0.0 if turtles else _split_cut(comp, t, smallest[job])
         rack_part = 0.0
         if racks and cx >= cr:
-            most = min(t * max(per_rack.values()), max(rack_cores.values()) // smallest[job])
-            rack_calm = _split_cut(comp, most, smallest[job])
+            most = min(t * max(per_rack.values()) + turtles, max(rack_cores.values()) // least)
+            rack_calm = _split_cut(comp, most, least)
             rack_part = (cx - cr) * max(
                 0.0, rack_calm - _cut_flows([comp], max(rack_cores.values()))
             )
