@@ -55,6 +55,38 @@ def test_pool_bound_never_exceeds_the_enumerated_optimum() -> None:
     assert tighter > 0 and rounded > checked // 2, (tighter, rounded, checked)
 
 
+def test_a_dive_settles_a_job_and_its_bound_never_exceeds_the_enumerated_optimum() -> None:
+    dived = raised = 0
+    for seed, inst, placements, w in [*enumerated_cases(range(240)), *drained_cases()]:
+        limits = bounds(inst)
+        pb = pool.prepare(inst, w, limits)
+        assert pb is not None
+        got = pool.solve(pb, time.monotonic() + 5)
+        settled = pool.dive(pb, got, time.monotonic() + 10)
+        if settled is got:
+            continue
+        dived += 1
+        optimum = min(score(inst, a, w, limits).F for a in placements)
+        assert settled.bound <= optimum + 1e-9, (seed, settled.bound, optimum)
+        raised += settled.bound > got.bound + 1e-9
+        # a job whose shares were in between has them whole (held at 0 or 1)
+        jobs = {u.job for u in pb.units}
+        settled_jobs = [
+            j
+            for j in jobs
+            if all(
+                min(b, 1 - b) < 1e-9 for u, b in zip(pb.units, settled.y, strict=True) if u.job == j
+            )
+            and any(
+                pool.DIVE_WHOLE < a < 1 - pool.DIVE_WHOLE
+                for u, a in zip(pb.units, got.y, strict=True)
+                if u.job == j
+            )
+        ]
+        assert settled_jobs, seed
+    assert dived >= 5 and raised >= 1, (dived, raised)
+
+
 def test_pool_bound_holds_with_drained_and_down_hosts_and_a_current_placement() -> None:
     checked = 0
     for seed, inst, placements, w in drained_cases():

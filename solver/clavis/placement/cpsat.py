@@ -655,6 +655,10 @@ def _pool_placements(
             answer = pool.solve(placing, deadline)
     if placing is None:
         return floor, hint, start, None
+    dived = pool.dive(placing, answer, deadline)
+    if plan is inst and not placing.restricted and dived is not answer:
+        floor = max(floor, dived.bound)  # the lower of its two branches: a bound
+    answer = dived
     (_k_p, _k_d, k_c, k_m), _ = limits.linear(weights)
     until = time.monotonic() + options.time_limit * REGROUP_END_SHARE - watch.elapsed
     found: list[tuple[Score, Assignment]] = []

@@ -775,7 +775,7 @@ class _Master:
     it, per host and share a contended column keeping any of them at most it, and the
     Stay rows (_stay_rows)."""
 
-    def __init__(self, pb: PoolProblem) -> None:
+    def __init__(self, pb: PoolProblem, fixed: dict[int, float] | None = None) -> None:
         self.pb = pb
         lp = pywraplp.Solver.CreateSolver("GLOP")
         if lp is None:
@@ -796,7 +796,8 @@ class _Master:
         objective.SetMinimization()
         self.y = []
         for ui, unit in enumerate(pb.units):
-            y = lp.NumVar(0.0, 1.0, "")
+            at = (fixed or {}).get(ui)
+            y = lp.NumVar(0.0, 1.0, "") if at is None else lp.NumVar(at, at, "")
             objective.SetCoefficient(y, unit.cost)
             self.straggle[unit.group].SetCoefficient(y, -float(unit.devils))
             if ui in self.resident:
@@ -938,10 +939,13 @@ class _Solved:
         return self.pi, self.lam, self.mu, self.nu, self.alpha, self.beta, self.sigma
 
 
-def _lagrangian(pb: PoolProblem, duals: Duals, best_rc: list[float]) -> float:
+def _lagrangian(
+    pb: PoolProblem, duals: Duals, best_rc: list[float], fixed: dict[int, float] | None = None
+) -> float:
     """A lower bound valid for any duals pi and lambda, mu >= 0 (cover, straggler and
-    resident rows relaxed; the host counts per type and y in [0, 1] kept), given each
-    type's least reduced cost of a pattern without its count dual."""
+    resident rows relaxed; the host counts per type and y in [0, 1] kept, or y as
+    ``fixed``), given each type's least reduced cost of a pattern without its count
+    dual."""
     pi, lam, mu, nu, alpha, beta, sigma = duals
     if np.any(pi > BIG + EPS):  # an uncovered container would pay off: no bound
         return -math.inf
@@ -956,7 +960,8 @@ def _lagrangian(pb: PoolProblem, duals: Duals, best_rc: list[float]) -> float:
         charge = (float(lam[unit.group]) + float(mu[ui])) * unit.devils + float(rows[ui])
         if st is not None and st.unit_job[ui] >= 0:
             charge += float(alpha[st.unit_job[ui]]) * st.unit_penalty[ui]
-        value += min(0.0, unit.cost - charge)
+        at = (fixed or {}).get(ui)
+        value += min(0.0, unit.cost - charge) if at is None else (unit.cost - charge) * at
     if st is not None:
         traded = np.zeros(len(st.jobs))
         for i, (k, least) in enumerate(st.trade):
@@ -1017,11 +1022,17 @@ def _pricing_window(types: int, offset: int, full: bool) -> list[int]:
     return [(offset + i) % types for i in range(size)]
 
 
-def solve(pb: PoolProblem, deadline: float, start: tuple[PoolColumn, ...] = ()) -> PoolAnswer:
+def solve(
+    pb: PoolProblem,
+    deadline: float,
+    start: tuple[PoolColumn, ...] = (),
+    fixed: dict[int, float] | None = None,
+) -> PoolAnswer:
     """Column generation until no pattern prices out or the deadline (time.monotonic),
     from the ``start`` columns if any (another answer's of the same instance: the
-    patterns are the same, only the rows differ)."""
-    master = _Master(pb)
+    patterns are the same, only the rows differ); ``fixed``: straggler shares held at a
+    value (per unit), as a branch of the master does (dive)."""
+    master = _Master(pb, fixed)
     seen: set[tuple[int, tuple[int, ...], bool, tuple[tuple[int, int], ...]]] = set()
     for col in start:
         key = (col.host_type, col.counts, col.calm, col.kept)
@@ -1068,7 +1079,7 @@ def solve(pb: PoolProblem, deadline: float, start: tuple[PoolColumn, ...] = ()) 
                         added += 1
             if whole:
                 # the Lagrangian bound needs every type's best reduced cost
-                bound = _lagrangian(pb, duals, best_rc)
+                bound = _lagrangian(pb, duals, best_rc, fixed)
                 if bound > best:
                     best, center = bound, duals
             if added:
@@ -1096,6 +1107,38 @@ def solve(pb: PoolProblem, deadline: float, start: tuple[PoolColumn, ...] = ()) 
         tuple(float(v) for v in last.y),
         last.traffic,
     )
+
+
+# Shares within this of 0 or 1 count as whole for dive().
+DIVE_WHOLE = 0.05
+
+
+def dive(pb: PoolProblem, answer: PoolAnswer, deadline: float) -> PoolAnswer:
+    """The master with its least settled job settled, for rounding: the job whose
+    straggler shares are furthest from whole (weighted by the D at stake) is held calm
+    (every share 0) and lagging (every share 1), each branch solved from the answer's
+    columns, and the branch with the lower master value is returned, its bound the
+    lower of the two (every placement lies in one branch). A share in between is what
+    no placement has: on the variety's quiet-1024 cluster a 512-container stencil at
+    y = 0.47 was rounded as calm, could not be kept calm, and lagged beside a job the
+    master had let lag in its place. The answer itself if every share is whole or a
+    branch does not finish in time."""
+    at_stake: dict[int, float] = defaultdict(float)
+    for unit, y in zip(pb.units, answer.y, strict=True):
+        if DIVE_WHOLE < y < 1 - DIVE_WHOLE:
+            at_stake[unit.job] += min(y, 1 - y) * (unit.cost + unit.spared)
+    if not at_stake:
+        return answer
+    job = max(at_stake, key=lambda j: (at_stake[j], -j))
+    units = [ui for ui, unit in enumerate(pb.units) if unit.job == job]
+    branches = []
+    for value in (0.0, 1.0):
+        got = solve(pb, deadline, answer.columns, dict.fromkeys(units, value))
+        if got.lp is None or not math.isfinite(got.bound):
+            return answer
+        branches.append(got)
+    best = min(branches, key=lambda b: b.lp if b.lp is not None else math.inf)
+    return replace(best, bound=min(b.bound for b in branches))
 
 
 def terms(pb: PoolProblem, answer: PoolAnswer) -> Objectives | None:
