@@ -85,6 +85,12 @@ def test_a_dive_settles_a_job_and_its_bound_never_exceeds_the_enumerated_optimum
         ]
         assert settled_jobs, seed
     assert dived >= 5 and raised >= 1, (dived, raised)
+    # an answer without a round (its time already over) is returned as it is
+    inst = next(enumerated_cases(range(3)))[1]
+    pb = pool.prepare(inst, Weights(1, 1, 1), bounds(inst))
+    assert pb is not None
+    empty = pool.solve(pb, time.monotonic())
+    assert empty.lp is None and pool.dive(pb, empty, time.monotonic() + 5) is empty
 
 
 def test_pool_bound_holds_with_drained_and_down_hosts_and_a_current_placement() -> None:

@@ -622,7 +622,8 @@ def _pool_placements(
     beat: float | None = None,
 ) -> tuple[float, Assignment | None, Score | None, Assignment | None]:
     """The pool's patterns filled job by job into placements (_roundings), regrouped into
-    racks, on instances without a rack problem; the pool bound raises the floor on the
+    racks, on instances without a rack problem, from the master dived once (pool.dive);
+    the pool bound, and the dive's where the pool is a relaxation, raise the floor on the
     way. The best of them and the hint is returned as the hint, the next best last: after
     gathering it may still be the better start (_host_search). In a repack the rounding
     ignores where containers are (scored with M after); with ``beat`` it is made only if

@@ -41,8 +41,9 @@ lower bound on F. The talking jobs outside the Stay rows also share the hosts' s
 hosts run nothing; a drained host counts as a host of its residents' cores that may run
 anything, which only enlarges the feasible set.
 
-On realistic snapshots the relaxation's shares come out whole (each y is 0 or 1), and its
-patterns say how to place: pack the lagging jobs' devils densely on a few large hosts and
+On realistic snapshots the relaxation's shares mostly come out whole (each y is 0 or 1;
+where a job's do not, ``dive`` settles it both ways and the cheaper branch is rounded),
+and its patterns say how to place: pack the lagging jobs' devils densely on a few large hosts and
 give every other devil a calm host filled with turtles. ``round_by_jobs`` lays its patterns
 on the hosts as templates and fills them job by job, keeping each job on few hosts and
 racks; ``lagging_whole`` gives a second rounding that keeps the lagging talking jobs whole
@@ -1122,7 +1123,9 @@ def dive(pb: PoolProblem, answer: PoolAnswer, deadline: float) -> PoolAnswer:
     no placement has: on the variety's quiet-1024 cluster a 512-container stencil at
     y = 0.47 was rounded as calm, could not be kept calm, and lagged beside a job the
     master had let lag in its place. The answer itself if every share is whole or a
-    branch does not finish in time."""
+    branch does not finish in time (or the answer had no round to dive from)."""
+    if answer.lp is None:
+        return answer
     at_stake: dict[int, float] = defaultdict(float)
     for unit, y in zip(pb.units, answer.y, strict=True):
         if DIVE_WHOLE < y < 1 - DIVE_WHOLE:
