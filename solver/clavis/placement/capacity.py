@@ -72,9 +72,8 @@ def _per_container(kept: Kept, most: int, size: int) -> float:
     return max((kept(m) / m for m in range(1, top + 1)), default=0.0)
 
 
-def _jobs(inst: Instance, which: set[int]) -> dict[int, _Job]:
-    usable = _capacities(inst)
-    largest = max(cap for _, cap in usable)
+def _jobs(inst: Instance, which: set[int], largest: int) -> dict[int, _Job]:
+    """The talking jobs ``which``; ``largest``: the cores of the largest usable host."""
     sizes: dict[int, set[int]] = defaultdict(set)
     for c in inst.containers:
         if c.job in which:
@@ -123,7 +122,7 @@ def capacity_floor(inst: Instance, which: set[int]) -> float:
 
 def _floor(inst: Instance, which: set[int]) -> float:
     usable = _capacities(inst)
-    jobs = _jobs(inst, which) if usable else {}
+    jobs = _jobs(inst, which, max(cap for _, cap in usable)) if usable else {}
     if not jobs:
         return 0.0
     floors = traffic_floor_parts(inst)  # per job: bytes/s cut across hosts, rack part

@@ -1134,14 +1134,14 @@ def dive(pb: PoolProblem, answer: PoolAnswer, deadline: float) -> PoolAnswer:
         return answer
     job = max(at_stake, key=lambda j: (at_stake[j], -j))
     units = [ui for ui, unit in enumerate(pb.units) if unit.job == job]
-    branches = []
+    branches: list[tuple[float, PoolAnswer]] = []
     for value in (0.0, 1.0):
         got = solve(pb, deadline, answer.columns, dict.fromkeys(units, value))
         if got.lp is None or not math.isfinite(got.bound):
             return answer
-        branches.append(got)
-    best = min(branches, key=lambda b: b.lp if b.lp is not None else math.inf)
-    return replace(best, bound=min(b.bound for b in branches))
+        branches.append((got.lp, got))
+    best = min(branches, key=lambda lb: lb[0])[1]
+    return replace(best, bound=min(b.bound for _, b in branches))
 
 
 def terms(pb: PoolProblem, answer: PoolAnswer) -> Objectives | None:
