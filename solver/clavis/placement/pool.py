@@ -68,6 +68,7 @@ from clavis.instance import Assignment, Instance
 from clavis.objectives import Bounds, Objectives, Weights, is_contended
 from clavis.placement import tradeoff
 from clavis.placement.capacity import capacity_floor
+from clavis.placement.landing import landing_rows
 from clavis.placement.lower import _capacities, calm_crossing, traffic_floor_by_job
 
 # Cost of an uncovered container in the restricted master: F spans about 1, so no
@@ -92,6 +93,7 @@ TRADE_MIN_SHARE = 0.01
 FIXED_CHARGES = 4  # a host's charged jobs whose subsets pricing tries all; beyond, spread
 # The capacity floor gets a row only where it beats the jobs' own floors by this share.
 SHARED_GAIN = 1e-6
+NEGLIGIBLE = 1e-13  # a master coefficient on F's scale (about 1) below this is 0
 
 
 @dataclass(frozen=True)
@@ -174,6 +176,15 @@ class Stay:
     # (_with_shared): their floors and crossing as each job's, and a trade row that holds
     # their capacity floor (capacity.py).
     shared: int = -1
+    # Mover rows (landing.py), numbered after the trade rows: per variable its job and
+    # its most, per row its variable and the saving (its right-hand side is -saving).
+    movers: tuple[tuple[int, float], ...] = ()
+    mover_rows: tuple[tuple[int, float], ...] = ()
+
+    @property
+    def rows(self) -> int:
+        """The master's Stay rows: one per kept pair of hosts, trade row and mover row."""
+        return len(self.row_job) + len(self.trade) + len(self.mover_rows)
 
 
 @dataclass(frozen=True)
@@ -226,6 +237,7 @@ def prepare(
     stay: bool = True,
     trade_until: float | None = None,
     capacity: bool = True,
+    landing: bool = True,
 ) -> PoolProblem | None:
     """The pool problem of an instance; None when nothing can run. ``up_only`` leaves
     out drained hosts (they may keep only their residents), for rounding: the problem is
@@ -235,7 +247,8 @@ def prepare(
     tradeoff.job_floor proves by then. ``capacity=False`` (and ``up_only``) leaves out
     the talking jobs' capacity floor (_with_shared), for rounding: where it holds their
     C, calming a job looks free to the master, and a placement rounded from it calms
-    too many (one-rack 300 hosts, 10 s: F 0.4713 -> 0.4773)."""
+    too many (one-rack 300 hosts, 10 s: F 0.4713 -> 0.4773). ``landing=False`` leaves
+    out the Stay block's mover rows (landing.py)."""
     usable = _capacities(inst)
     restricted = up_only and any(inst.hosts[hi].state != "up" for hi, _ in usable)
     if up_only:
@@ -303,7 +316,9 @@ def prepare(
     charges = _Charges(units, shares, len(types), by_job, crossing, k_c)
     if staying:
         ranked = {ht.hosts[0]: (t, gains[ht.hosts[0]][2]) for t, ht in enumerate(types) if ht.keep}
-        rows = _stay(inst, staying, charges, ranked, k_m=k_m, trade_until=trade_until)
+        rows = _stay(
+            inst, staying, charges, ranked, k_m=k_m, trade_until=trade_until, landing=landing
+        )
     if pooled:
         rows = _with_shared(inst, rows, pooled, shared, charges)
     floors = Objectives(
@@ -371,6 +386,7 @@ def _stay(
     *,
     k_m: float = 0.0,
     trade_until: float | None = None,
+    landing: bool = True,
 ) -> Stay:
     """The Stay rows of a repack: ``ranked`` gives per host with residents its type and,
     per group, its residents in keep's order."""
@@ -449,12 +465,15 @@ def _stay(
             if least is not None and least > floor[k] + EPS:
                 trade_row[k] = len(new) + len(trade)
                 trade.append((k, least - moved[k]))
+    movers = landing_rows(inst, index if landing else {}, k_c)
+    first = len(new) + len(trade)  # the mover rows come after the trade rows
     resident: list[tuple[tuple[tuple[tuple[int, float], ...], ...], ...]] = [()] * charges.types
     for t, per_group in ranked.values():
         resident[t] = tuple(
             tuple(
                 tuple((new[r], link[r] * b) for r, b in sorted(near[ci].items()) if r in new)
                 + _traded(inst, ci, index, trade_row, k_m)
+                + tuple((first + r, c) for r, c in movers.entries.get(ci, ()))
                 for ci in cis
             )
             for cis in per_group
@@ -475,6 +494,8 @@ def _stay(
         unit_penalty,
         tuple(resident),
         tuple(trade),
+        movers=movers.variables,
+        mover_rows=movers.rows,
     )
 
 
@@ -730,7 +751,10 @@ def _column(
 
 
 def _stay_bytes(pb: PoolProblem, col: PoolColumn) -> dict[int, float]:
-    """Per Stay row, what the residents the column keeps send there (C, weighted)."""
+    """Per Stay row, what the residents the column keeps send there (C, weighted); sums
+    that cancel to nearly 0 (a mover row's own and neighbours' terms) are left out, as
+    GLOP's warm solves break down on them (the Lagrangian bound prices residents
+    apart, so it stays valid)."""
     out: dict[int, float] = defaultdict(float)
     if pb.stay is None or not col.kept or not pb.stay.resident[col.host_type]:
         return out  # no Stay rows here (only the talking jobs together, _with_shared)
@@ -738,7 +762,7 @@ def _stay_bytes(pb: PoolProblem, col: PoolColumn) -> dict[int, float]:
     for gi, rank in col.kept:
         for r, b in per_group[gi][rank]:
             out[r] += b
-    return out
+    return {r: b for r, b in out.items() if abs(b) > NEGLIGIBLE}
 
 
 def _stay_charges(pb: PoolProblem, t: int, sigma: np.ndarray) -> tuple[tuple[float, ...], ...]:
@@ -781,6 +805,11 @@ class _Master:
         lp = pywraplp.Solver.CreateSolver("GLOP")
         if lp is None:
             raise RuntimeError("OR-Tools was built without GLOP")
+        # Presolve on every warm solve costs more than it saves: two 1,024-host repack
+        # masters (seeds 1 and 3) settled in 5.8 and 7.4 s without it, 6.5 and 10.9 s
+        # with it, to the same bounds.
+        if not lp.SetSolverSpecificParametersAsString("use_preprocessing: false"):
+            raise RuntimeError("GLOP refused its parameters")
         self.lp = lp
         inf = lp.infinity()
         self.cover = [lp.Constraint(len(g.members), len(g.members)) for g in pb.groups]
@@ -825,6 +854,7 @@ class _Master:
         self.calm_row: list[pywraplp.Constraint] = []
         self.link_row: list[pywraplp.Constraint] = []
         self.stay_row: list[pywraplp.Constraint] = []
+        self.moved: list[pywraplp.Variable] = []
         if st is None:
             return
         for k in range(len(st.jobs)):
@@ -851,6 +881,16 @@ class _Master:
         for k, least in st.trade:
             row = lp.Constraint(least, inf)
             row.SetCoefficient(self.sent[k], 1.0)
+            self.stay_row.append(row)
+        # Mover rows (landing.py): v at least what the moved residents send to those that
+        # stay, and c at least the rows' z and the v together.
+        for k, most in st.movers:
+            v = lp.NumVar(0.0, most, "")
+            self.link_row[k].SetCoefficient(v, -1.0)
+            self.moved.append(v)
+        for var, saving in st.mover_rows:
+            row = lp.Constraint(-saving, inf)
+            row.SetCoefficient(self.moved[var], 1.0)
             self.stay_row.append(row)
 
     def add(self, col: PoolColumn) -> None:
@@ -897,9 +937,9 @@ class _Master:
         beta = _duals_of(duals, self.link_row)
         sigma = _duals_of(duals, self.stay_row)
         sent = values[nj + ng : nj + ng + len(self.sent)]
-        # variables: y, slacks, each Stay job's C, each row's z, then columns in order
+        # variables: y, slacks, each Stay job's C, each row's z, each mover v, then columns
         links = len(self.pb.stay.row_job) if self.pb.stay is not None else 0
-        first = nj + ng + len(self.sent) + links
+        first = nj + ng + len(self.sent) + links + len(self.moved)
         return _Solved(
             self.objective.Value(),
             duals[:ng].copy(),
@@ -976,6 +1016,14 @@ def _lagrangian(
         for r, k in enumerate(st.row_job):
             s_r, w = float(sigma[r]), st.row_cost[r]
             value += -s_r * w + min(0.0, float(beta[k]) - s_r) * w
+        first = len(st.row_job) + len(st.trade)
+        on_var = np.zeros(len(st.movers))
+        for i, (var, saving) in enumerate(st.mover_rows):
+            s_i = float(sigma[first + i])
+            on_var[var] += s_i
+            value -= s_i * saving
+        for var, (k, most) in enumerate(st.movers):
+            value += min(0.0, float(beta[k]) - float(on_var[var])) * most
     return value
 
 
@@ -1055,7 +1103,7 @@ def solve(
         if last is None:
             rows = sum(len(here) for here in pb.host_rows)
             jobs = len(pb.stay.jobs) if pb.stay else 0
-            stays = len(pb.stay.row_job) + len(pb.stay.trade) if pb.stay else 0
+            stays = pb.stay.rows if pb.stay else 0
             sizes = (len(pb.groups), len(pb.units), rows, jobs, jobs, stays)
             out = (np.full(len(pb.groups), BIG), *(np.zeros(n) for n in sizes))
         else:

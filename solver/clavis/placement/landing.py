@@ -1,0 +1,161 @@
+"""What a repack's moved residents send (issue 12): a container that leaves its host lands
+on one host, and its flows to the residents that stay cross a link unless they share
+that host.
+
+The pool master's Stay rows (pool.Stay) bound the C between residents that both stay,
+and a flow with one end moved counted nothing there: one move made all of a container's
+flows free, as if it could land beside every neighbour at once. A moved container b
+lands on one host h other than its own; each neighbour a that stays on h_a then costs
+b's flow w_ab * L(h, h_a) (0 on h, the same-rack cost in h's rack, else cross-rack).
+For any price lambda_a per neighbour,
+
+    w_ab * L(h, h_a) * K_a >= w_ab * lambda_a * K_a - w_ab * (lambda_a - L(h, h_a))^+
+
+(K_a = 1 if a stays), so with W = sum_a w_ab * lambda_a and ``best`` the largest saving
+sum_a w_ab * (lambda_a - L(h, h_a))^+ over the hosts b may land on, b's flows to the
+residents that stay cost at least sum_a w_ab * lambda_a * K_a - best when b moves. With
+K_b = 1 that side is at most W - W = 0, so the row
+
+    v_b >= sum_a w_ab * lambda_a * K_a - (W - best) * K_b - best,   v_b >= 0
+
+holds in both cases, and v_b counts only flows with b moved and a staying: none that a
+Stay row counts (both stay), and each such flow once (at its moved end). Two prices:
+lambda = same-rack cost everywhere (best: the host with most of b's neighbours), and,
+where crossing racks costs more, lambda = cross-rack cost (best: a rack's neighbours at
+the difference plus its best host's at the same-rack cost). Measured on the 1,024-host
+repacks at the Stay master's answer: the two together 0.012 of F on seed 1, where the
+Stay rows leave C 0.028 below the 60 s placement's.
+
+An all-to-all group's members on one host are alike, so their rows are summed into one
+(per group and host: its members times the same row, less each member's own pair).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from clavis.instance import Instance
+
+EPS = 1e-12
+TINY = 1e-9  # coefficients below this share of a row's largest are dropped
+
+
+@dataclass(frozen=True)
+class Landing:
+    """Mover rows on F's scale: per variable v its Stay job (index) and its most; per row
+    its variable and its right-hand side's ``best``; per resident its (row, coefficient
+    of K) pairs, rows numbered from 0 here (the caller shifts them)."""
+
+    variables: tuple[tuple[int, float], ...]
+    rows: tuple[tuple[int, float], ...]
+    entries: dict[int, list[tuple[int, float]]]
+
+
+@dataclass
+class _Builder:
+    variables: list[tuple[int, float]]
+    rows: list[tuple[int, float]]
+    entries: dict[int, list[tuple[int, float]]]
+
+
+# One kind of mover: a container with its neighbours, or all-to-all members alike on one
+# host with all the group's residents (each member's own entry aside).
+Unit = tuple[tuple[int, ...], list[tuple[int, float]]]
+
+
+def landing_rows(inst: Instance, index: dict[int, int], k_c: float) -> Landing:
+    """The mover rows of the jobs in ``index`` (job: its Stay job index), C weighted by
+    ``k_c``: per job and host its movers' rows summed (one v per row would hold more,
+    but the master took ten times longer and did not settle in 60 s at 1,024 hosts)."""
+    out = _Builder([], [], defaultdict(list))
+    cur = inst.current
+    near: dict[int, list[tuple[int, float]]] = defaultdict(list)
+    for f in inst.flows:
+        if inst.containers[f.a].job in index and cur[f.a] is not None and cur[f.b] is not None:
+            near[f.a].append((f.b, f.bytes_per_s))
+            near[f.b].append((f.a, f.bytes_per_s))
+    units: dict[tuple[int, int], list[Unit]] = defaultdict(list)  # (job, host): its movers
+    for b in sorted(near):
+        host = cur[b]
+        assert host is not None
+        units[(index[inst.containers[b].job], host)].append(((b,), near[b]))
+    for u in inst.uniform:
+        job = index.get(inst.containers[u.members[0]].job)
+        if job is None:
+            continue
+        on: dict[int, list[int]] = defaultdict(list)
+        for m in u.members:
+            if (h := cur[m]) is not None:
+                on[h].append(m)
+        everyone = [(m, u.bytes_per_s) for h in sorted(on) for m in on[h]]
+        for h in sorted(on):
+            units[(job, h)].append((tuple(on[h]), everyone))
+    for (job, _host), here in sorted(units.items()):
+        _add(inst, out, job, here, k_c)
+    return Landing(tuple(out.variables), tuple(out.rows), dict(out.entries))
+
+
+def _add(inst: Instance, out: _Builder, job: int, units: list[Unit], k_c: float) -> None:
+    """One variable for the movers of ``units`` and its rows, one per price, each the sum
+    of its units' rows that can be above 0."""
+    same, cross = k_c * inst.same_rack_cost, k_c * inst.cross_rack_cost
+    prices = [same] + ([cross] if cross > same else [])
+    forms = []
+    for price in prices:
+        coef: dict[int, float] = defaultdict(float)
+        saving = most = 0.0
+        for movers, near in units:
+            theirs = [(a, w) for a, w in near if a != movers[0]]
+            total = price * sum(w for _, w in theirs)
+            best = _best_saving(inst, movers[0], theirs, price, same)
+            if total - best <= EPS:
+                continue  # never above 0: it would only weaken the sum
+            n, own = len(movers), set(movers)
+            for a, w in near:
+                # every mover but a itself has a as a neighbour (n = 1: a is not b)
+                coef[a] += (n - 1 if a in own else n) * w * price
+            for b in movers:
+                coef[b] -= total - best
+            saving += n * best
+            most += n * (total - best)
+        if coef:
+            forms.append((coef, saving, most))
+    if not forms:
+        return
+    var = len(out.variables)
+    out.variables.append((job, max(most for _, _, most in forms)))
+    for coef, saving, _most in forms:
+        # A member's terms can nearly cancel, and GLOP gives up on coefficients of
+        # 1e-22 beside 1e-3: drop the tiny ones, a negative one's most (K = 1) moved to
+        # the right-hand side, which keeps the row valid.
+        tiny = TINY * max(abs(c) for c in coef.values())
+        slack = sum(-c for c in coef.values() if -tiny <= c < 0)
+        row = len(out.rows)
+        out.rows.append((var, saving + slack))
+        for a, c in coef.items():
+            if abs(c) > tiny:
+                out.entries[a].append((row, c))
+
+
+def _best_saving(
+    inst: Instance, b: int, near: list[tuple[int, float]], price: float, same: float
+) -> float:
+    """The most sum_a w * (price - L(h, h_a))^+ over the hosts h that b may land on (any
+    but its own): per host of neighbours, and per rack of neighbours for any host there."""
+    cur, racks = inst.current, [h.rack for h in inst.hosts]
+    home = cur[b]
+    by_host: dict[int, float] = defaultdict(float)
+    for a, w in near:
+        h = cur[a]
+        assert h is not None
+        by_host[h] += w
+    if price <= same:  # only a neighbour's host saves: L is at least same off it
+        return price * max((v for h, v in by_host.items() if h != home), default=0.0)
+    by_rack: dict[int, float] = defaultdict(float)
+    top: dict[int, float] = defaultdict(float)  # per rack: its most on one host (not home)
+    for h, v in by_host.items():
+        by_rack[racks[h]] += v
+        if h != home:
+            top[racks[h]] = max(top[racks[h]], v)
+    return max((price - same) * v + same * top[r] for r, v in by_rack.items())
