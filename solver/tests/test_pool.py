@@ -510,20 +510,11 @@ def test_a_repack_bound_charges_what_talking_residents_send_if_they_stay() -> No
     hosts = [host("h1", "r1"), host("h2", "r2"), host("h3", "r2")]
     inst = instance(hosts, jobs, {"a1": "h1", "a2": "h2", "b1": "h3"})
     limits = bounds(inst)
-    placements = [
-        a
-        for a in itertools.product(range(len(inst.hosts)), repeat=len(inst.containers))
-        if not violations(inst, a)
-    ]
+    placements = _every_placement(inst)
     for w in (Weights(0, 0, 1, 1), Weights(0, 0, 3, 1), Weights(0, 0, 1, 3)):
         optimum = min(score(inst, a, w, limits).F for a in placements)
-        got = []
-        for stay in (False, True):
-            pb = pool.prepare(inst, w, limits, stay=stay)
-            assert pb is not None and (pb.stay is not None) == stay
-            answer = pool.solve(pb, time.monotonic() + 5)
-            assert answer.converged and answer.bound <= optimum + 1e-9, (w, stay)
-            got.append(answer.bound)
+        problems, got = _without_and_with(inst, w, limits, optimum, "stay")
+        assert [pb.stay is not None for pb in problems] == [False, True]
         # measured: the bound without Stay rows is 0.06-0.10 of F below the optimum,
         # with them it meets it
         assert got[1] > got[0] + 0.05 and math.isclose(got[1], optimum, abs_tol=1e-6), (
@@ -638,23 +629,40 @@ def test_a_moved_container_still_sends_to_the_neighbours_it_does_not_join() -> N
     hosts = [host("h1", "r1"), host("h2", "r2"), host("h3", "r3")]
     inst = instance(hosts, jobs, {"a1": "h1", "b": "h3", "a2": "h2"})
     limits = bounds(inst)
-    placements = [
-        a
-        for a in itertools.product(range(len(inst.hosts)), repeat=len(inst.containers))
-        if not violations(inst, a)
-    ]
+    placements = _every_placement(inst)
     for w in (Weights(0, 0, 1, 1), Weights(0, 0, 3, 1), Weights(1, 1, 2, 1)):
         optimum = min(score(inst, a, w, limits).F for a in placements)
-        got = []
-        for landing in (False, True):
-            pb = pool.prepare(inst, w, limits, landing=landing)
-            assert pb is not None and pb.stay is not None
-            assert bool(pb.stay.mover_rows) == landing
-            answer = pool.solve(pb, time.monotonic() + 5)
-            assert answer.converged and answer.bound <= optimum + 1e-9, (w, landing)
-            got.append(answer.bound)
+        problems, got = _without_and_with(inst, w, limits, optimum, "landing")
+        assert [pb.stay is not None and bool(pb.stay.mover_rows) for pb in problems] == [
+            False,
+            True,
+        ]
         # measured: 0.0039 -> 0.1680 (optimum 0.2519) and 0.0019 -> 0.0840 (0.1260);
         # with P and D weighted the bound is the optimum with or without
         assert got[1] >= got[0] - 1e-9, (w, got)
         if w.P == 0:
             assert got[1] > got[0] + 0.05, (w, got, optimum)
+
+
+def _every_placement(inst: Instance) -> list[tuple[int, ...]]:
+    return [
+        a
+        for a in itertools.product(range(len(inst.hosts)), repeat=len(inst.containers))
+        if not violations(inst, a)
+    ]
+
+
+def _without_and_with(
+    inst: Instance, w: Weights, limits: Bounds, optimum: float, option: str
+) -> tuple[list[pool.PoolProblem], list[float]]:
+    """The pool problems and bounds with prepare's ``option`` off, then on: each settled
+    and never above the optimum."""
+    problems, got = [], []
+    for on in (False, True):
+        pb = pool.prepare(inst, w, limits, **{option: on})
+        assert pb is not None
+        answer = pool.solve(pb, time.monotonic() + 5)
+        assert answer.converged and answer.bound <= optimum + 1e-9, (w, option, on)
+        problems.append(pb)
+        got.append(answer.bound)
+    return problems, got
