@@ -182,9 +182,13 @@ class Stay:
     mover_rows: tuple[tuple[int, float], ...] = ()
 
     @property
+    def first_mover_row(self) -> int:
+        return len(self.row_job) + len(self.trade)
+
+    @property
     def rows(self) -> int:
         """The master's Stay rows: one per kept pair of hosts, trade row and mover row."""
-        return len(self.row_job) + len(self.trade) + len(self.mover_rows)
+        return self.first_mover_row + len(self.mover_rows)
 
 
 @dataclass(frozen=True)
@@ -1016,10 +1020,9 @@ def _lagrangian(
         for r, k in enumerate(st.row_job):
             s_r, w = float(sigma[r]), st.row_cost[r]
             value += -s_r * w + min(0.0, float(beta[k]) - s_r) * w
-        first = len(st.row_job) + len(st.trade)
         on_var = np.zeros(len(st.movers))
         for i, (var, saving) in enumerate(st.mover_rows):
-            s_i = float(sigma[first + i])
+            s_i = float(sigma[st.first_mover_row + i])
             on_var[var] += s_i
             value -= s_i * saving
         for var, (k, most) in enumerate(st.movers):
