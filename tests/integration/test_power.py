@@ -120,28 +120,30 @@ def _powered_down(bed: dict[str, Any]) -> None:
 
 
 def _burst(bed: dict[str, Any], tag: str) -> tuple[dict[str, float], set[str]]:
-    """One job per node, submitted together; returns each job's start delay (s) and the
-    hosts seen on, after checking that every running job's host was on at every sample."""
+    """One job per node, submitted at once: a job array, one sbatch. (With one sbatch a
+    job, a loaded machine took 1.5 s a submission: the first jobs ended before the last
+    were queued, which then ran on their nodes, and some hosts never had to come on.)
+    Returns each job's start delay (s) and the hosts seen on, after checking that every
+    running job's host was on at every sample."""
     nodes = [c["name"] for h in bed["hosts"] for c in h["containers"]]
     WORK.mkdir(parents=True, exist_ok=True)
-    submitted: dict[str, float] = {}
-    for i in range(len(nodes)):
-        name = f"{tag}-{i}"
-        t = time.time()
-        out = tb.slurm(["sbatch", "-N1", "-n1", "-J", name, "-o", f"{WORK}/{name}.out",
-                        "--wrap", f"date +%s.%N > {WORK}/{name}.start; sleep {JOB_S}"])  # fmt: skip
-        assert "Submitted batch job" in out, out
-        submitted[name] = t
+    script = f"date +%s.%N > {WORK}/{tag}-$SLURM_ARRAY_TASK_ID.start; sleep {JOB_S}"
+    t = time.time()
+    out = tb.slurm(["sbatch", f"--array=0-{len(nodes) - 1}", "-N1", "-n1", "-J", tag,
+                    "-o", f"{WORK}/{tag}-%a.out", "--wrap", script])  # fmt: skip
+    assert "Submitted batch job" in out, out
+    array = out.split()[-1]
+    submitted = [f"{tag}-{i}" for i in range(len(nodes))]
     where = tb.RUN_DIR / "placement.json"
     off_seen: list[str] = []
     seen_on: set[str] = set()
     deadline = time.monotonic() + powersave.RESUME_TIMEOUT + 30
     while time.monotonic() < deadline:
         seen_on |= {h["name"] for h in bed["hosts"] if _power(h["name"]) == "1"}
-        running = tb.slurm(["squeue", "-h", "-t", "R", "-o", "%j %N"]).split("\n")
+        running = tb.slurm(["squeue", "-h", "-t", "R", "-o", "%i %N"]).split("\n")
         for line in running:
             parts = line.split()
-            if len(parts) == 2 and parts[0].startswith(tag):
+            if len(parts) == 2 and parts[0].startswith(f"{array}_"):
                 host = tb.host_of(parts[1])
                 if _power(host) != "1":
                     off_seen.append(f"{parts[0]} on {parts[1]} of {host} (off)")
@@ -151,9 +153,23 @@ def _burst(bed: dict[str, Any], tag: str) -> tuple[dict[str, float], set[str]]:
     assert where.exists()
     assert not off_seen, off_seen
     missing = [n for n in submitted if not (WORK / f"{n}.start").exists()]
-    assert not missing, f"never started: {missing}; sinfo {_sinfo()}"
-    delays = {n: float((WORK / f"{n}.start").read_text()) - t for n, t in submitted.items()}
+    assert not missing, f"never started: {missing}; sinfo {_sinfo()}\n{_why_not(array, missing)}"
+    delays = {n: float((WORK / f"{n}.start").read_text()) - t for n in submitted}
     return delays, seen_on
+
+
+def _why_not(array: str, names: list[str]) -> str:
+    """What Slurm and the power programs said of a burst whose jobs did not all start:
+    the queue (state, reason, begin time), slurmctld's lines naming the array's jobs, the
+    jobs' output, the power log's tail (a failed run's message is all CI shows)."""
+    queue = tb.slurm(["squeue", "-h", "-o", "%i %T %r %S %N"])
+    ctld = (tb.RUN_DIR / "log" / "slurmctld.log").read_text(errors="replace").splitlines()
+    said = [line for line in ctld if "select/cons_tres" not in line and f"JobId={array}_" in line]
+    power = powersave.LOG.read_text(errors="replace").splitlines()
+    outs = [f"{n}.out: {(WORK / f'{n}.out').read_text(errors='replace')[-300:]!r}"
+            for n in names if (WORK / f"{n}.out").exists()]  # fmt: skip
+    return "\n".join(["squeue:", queue, *outs, "slurmctld:", *said[-40:],
+                      "power log:", *power[-20:]])  # fmt: skip
 
 
 def _events() -> list[tuple[str, str, str]]:
