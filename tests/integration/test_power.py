@@ -21,6 +21,7 @@ start its own, and takes it down at the end.
 from __future__ import annotations
 
 import contextlib
+import re
 import shutil
 import sqlite3
 import sys
@@ -164,7 +165,12 @@ def _why_not(array: str, names: list[str]) -> str:
     jobs' output, the power log's tail (a failed run's message is all CI shows)."""
     queue = tb.slurm(["squeue", "-h", "-o", "%i %T %r %S %N"])
     ctld = (tb.RUN_DIR / "log" / "slurmctld.log").read_text(errors="replace").splitlines()
-    said = [line for line in ctld if "select/cons_tres" not in line and f"JobId={array}_" in line]
+    # an array task is "JobId=A_T(N)" in most lines, "JobId=N" in some (abort launch)
+    ids = set(re.findall(rf"JobId={array}_\d+\((\d+)\)", "\n".join(ctld)))
+    events = ("now responding", "Resume", "resume", "requeue", "Requeu", "abort", "reboot")
+    named = re.compile(rf"JobId=({array}_|({'|'.join(ids) or 'none'})\b)")
+    said = [line for line in ctld if "select/cons_tres" not in line
+            and (named.search(line) or any(e in line for e in events))]  # fmt: skip
     power = powersave.LOG.read_text(errors="replace").splitlines()
     outs = [f"{n}.out: {(WORK / f'{n}.out').read_text(errors='replace')[-300:]!r}"
             for n in names if (WORK / f"{n}.out").exists()]  # fmt: skip
