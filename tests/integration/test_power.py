@@ -218,6 +218,10 @@ def test_a_resumed_node_starts_in_the_rack_of_its_jobs_running_node(bed: dict[st
     up = kept["containers"][0]["name"]  # never suspended (SuspendExcNodes)
     # a node whose home is in the other rack: clavisd, not its name, says where it runs
     far = next(h for h in bed["hosts"] if h["rack"] != kept["rack"])["containers"][0]["name"]
+    # jobs a failed test above left queued would resume nodes during the wait below
+    left = tb.slurm(["squeue", "-h", "-o", "%i"]).split()
+    if left:
+        tb.slurm(["scancel", *left])
     _powered_down(bed)
     start = WORK / "pair.start"
     t = time.time()
