@@ -99,7 +99,7 @@ def test_search_account_of_f_is_the_evaluators_with_migration(drain: int) -> Non
 def test_repack_uses_the_rack_path_and_proves_a_bound() -> None:
     inst, w, _ = _repack_case(drain=4)
     assert rackmodel.needs_exact(inst)
-    opts = SolveOptions(time_limit=6, seed=0, workers=2)
+    opts = SolveOptions(time_limit=15, seed=0, workers=2)
     got = place("cpsat", inst, w, opts)
     assert got.assignment is not None and got.score is not None
     assert violations(inst, got.assignment) == []
