@@ -167,10 +167,10 @@ def _why_not(array: str, names: list[str]) -> str:
     ctld = (tb.RUN_DIR / "log" / "slurmctld.log").read_text(errors="replace").splitlines()
     # an array task is "JobId=A_T(N)" in most lines, "JobId=N" in some (abort launch)
     ids = set(re.findall(rf"JobId={array}_\d+\((\d+)\)", "\n".join(ctld)))
-    events = ("now responding", "Resume", "resume", "requeue", "Requeu", "abort", "reboot")
+    events = ("now responding", "resume", "requeu", "abort", "reboot")  # any case
     named = re.compile(rf"JobId=({array}_|({'|'.join(ids) or 'none'})\b)")
     said = [line for line in ctld if "select/cons_tres" not in line
-            and (named.search(line) or any(e in line for e in events))]  # fmt: skip
+            and (named.search(line) or any(e in line.lower() for e in events))]  # fmt: skip
     power = powersave.LOG.read_text(errors="replace").splitlines()
     outs = [f"{n}.out: {(WORK / f'{n}.out').read_text(errors='replace')[-300:]!r}"
             for n in names if (WORK / f"{n}.out").exists()]  # fmt: skip
