@@ -17,8 +17,9 @@ from clavis.placement import SolveOptions, calming, fathom, place
 from clavis.placement.baselines import corerr
 from clavis.placement.cpsat import build_model, canonical, decode
 from clavis.placement.exact import TooLargeError, feasible_assignments
+from clavis.placement.result import Progress, Stopwatch
 from clavis.placement.symmetry import container_groups, host_types
-from clavis.realistic import stencil_edges
+from clavis.realistic import RealisticSpec, generate, stencil_edges
 from clavis.synthetic import enumerable_instance, small_instance, table53_instance
 
 OPTS = SolveOptions(time_limit=20, seed=1, workers=2)
@@ -101,6 +102,20 @@ def test_heavy_migration_weight_keeps_the_current_placement() -> None:
     moved = place("cpsat", inst, Weights(1, 0, 0, 0), OPTS)
     assert moved.score is not None and moved.score.raw.M > 0  # packing needs moves
     assert moved.score.raw.P < stay.score.raw.P
+
+
+def test_a_start_that_meets_the_floor_is_returned_at_once_as_optimal() -> None:
+    # Weights on M alone: staying put costs nothing and nothing can cost less, so the
+    # answer is the current placement, proven, without spending the limit (it once took
+    # 4.8 s of a 5 s limit at 529 hosts, 28 s of 30 here).
+    cluster, workload, current = generate(RealisticSpec(hosts=400, seed=3, current=True)).models()
+    inst = build_instance(cluster, workload, current)
+    opts = SolveOptions(time_limit=30, seed=0, hint=inst.current)  # type: ignore[arg-type]
+    got = place("cpsat", inst, Weights(0, 0, 0, 1), opts)
+    assert got.status == "OPTIMAL" and got.score is not None and got.bound is not None
+    assert got.score.raw.M == 0 and got.bound >= got.score.F - 1e-9
+    assert list(got.assignment or []) == list(inst.current)
+    assert got.seconds < 10  # far inside the limit: no search ran
 
 
 def test_decode_keeps_group_members_where_they_are() -> None:
@@ -337,3 +352,14 @@ def test_cpsat_matches_exact_on_four_hosts_and_eight_containers(seed: int) -> No
     assert oracle.score is not None and got.score is not None
     assert got.status == "OPTIMAL"
     assert pytest.approx(oracle.score.F, abs=1e-6) == got.score.F
+
+
+def test_progress_reports_the_best_bound_so_far_and_never_below_zero() -> None:
+    # CP-SAT's own bound starts far below 0 (F never is) and may fall back between turns.
+    seen: list[Progress] = []
+    watch = Stopwatch(SolveOptions(time_limit=1, on_progress=seen.append))
+    watch.offer(0.5, -4.287793)
+    watch.offer(0.4, 0.3)
+    watch.offer(0.35, 0.1)
+    watch.offer(0.34)
+    assert [p.bound for p in seen] == [0.0, 0.3, 0.3, None]

@@ -58,6 +58,13 @@ from clavis.placement.symmetry import container_groups
 
 __all__ = ["CpVars", "build_model", "canonical", "decode", "solve", "warm_start"]
 
+# Without a rack problem or a repack, CP-SAT's per-host turn ends by this share and the
+# host search has the rest: given it all, CP-SAT kept the warm start for 60 s on a
+# 345-host snapshot whose host search found 20% less F in 2 s (weights 0,1,3: 0.1705
+# against 0.1295), and ended 0.5 s past the limit's tolerance on a busy machine. At 60 s
+# on nine such clusters (18-692 hosts, weights not the bench's): F lower on six by 1-24%,
+# equal on three, bounds equal on all.
+PER_HOST_SHARE = 0.5
 # Share of the budget CP-SAT gets when the rack bound runs after it (per-host model).
 RACK_SHARE_AFTER_CPSAT = 0.6
 # In a repack small enough for the per-host model, CP-SAT ends by this share: the host
@@ -813,6 +820,21 @@ def solve(
     start = score(inst, hint, weights, limits) if hint is not None else None
     if start is not None:
         watch.offer(start.F)
+        if hint is not None and _proves(floor, start.F):
+            # Nothing can beat the start (weights on M alone, a cluster with one way to
+            # place): the search would only spend the limit proving it (529 hosts, M
+            # alone: 4.8 s of a 5 s limit).
+            watch.offer(start.F, floor)
+            return PlacementResult(
+                method=method,
+                status="OPTIMAL",
+                assignment=hint,
+                score=start,
+                bound=floor,
+                seconds=watch.elapsed,
+                trajectory=tuple(watch.trajectory),
+                notes=tuple(notes),
+            )
     racks = rack.prepare(inst, weights, limits) if symmetric else None
     # The rounding knows no current placement: with M it moves nearly every container
     # (1,024 hosts: M_n 0.93), so a repack keeps its time for the search and its pool
@@ -866,7 +888,13 @@ def solve(
             watch=watch,
         )
     else:
-        share = PER_HOST_SHARE_IN_REPACK if deferred else RACK_SHARE_AFTER_CPSAT if proving else 1.0
+        share = (
+            PER_HOST_SHARE_IN_REPACK
+            if deferred
+            else RACK_SHARE_AFTER_CPSAT
+            if proving
+            else PER_HOST_SHARE
+        )
         turn = guard.until(options.time_limit * (1 - share))
         # A repack small enough for it gets the per-container model: 32 hosts, 10 s,
         # seeds 6-9, F summed over the four 1.004 with the aggregated model, 0.984 so

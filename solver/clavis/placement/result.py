@@ -83,6 +83,9 @@ class Stopwatch:
         self.options = options
         self.trajectory: list[Progress] = []
         self.best = float("inf")
+        # The best bound offered so far: F is never below 0, and CP-SAT's own bound starts
+        # far below both (a progress line once read "bound -4.287793").
+        self.proven = 0.0
 
     @property
     def elapsed(self) -> float:
@@ -93,7 +96,11 @@ class Stopwatch:
         return self.elapsed >= self.options.time_limit
 
     def offer(self, f: float, bound: float | None = None) -> bool:
-        """Record ``f`` if it improves on the best so far; say whether it did."""
+        """Record ``f`` if it improves on the best so far; say whether it did. A bound
+        is reported as the best offered so far (at least 0)."""
+        if bound is not None:
+            self.proven = max(self.proven, bound)
+            bound = self.proven
         if f >= self.best:
             return False
         self.best = f
