@@ -59,9 +59,9 @@ from clavis.placement.symmetry import container_groups
 __all__ = ["CpVars", "build_model", "canonical", "decode", "solve", "warm_start"]
 
 # Without a rack problem or a repack, CP-SAT's per-host turn ends by this share and the
-# host search has the rest: given it all, CP-SAT kept the warm start for 60 s on a
-# 345-host snapshot whose host search found 20% less F in 2 s (weights 0,1,3: 0.1705
-# against 0.1295), and ended 0.5 s past the limit's tolerance on a busy machine. At 60 s
+# host search has the rest: given it all, CP-SAT kept the warm start (F 0.1705) for 60 s
+# on a 345-host snapshot (weights 0,1,3) whose host search found 0.1368 in 2 s, and ended
+# 0.5 s past the limit's tolerance on a busy machine; with half, F 0.1295. At 60 s
 # on nine such clusters (18-692 hosts, weights not the bench's): F lower on six by 1-24%,
 # equal on three, bounds equal on all.
 PER_HOST_SHARE = 0.5
