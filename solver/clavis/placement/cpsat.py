@@ -824,16 +824,13 @@ def solve(
             # Nothing can beat the start (weights on M alone, a cluster with one way to
             # place): the search would only spend the limit proving it (529 hosts, M
             # alone: 4.8 s of a 5 s limit).
-            watch.offer(start.F, floor)
-            return PlacementResult(
+            return _answer(
+                watch,
                 method=method,
                 status="OPTIMAL",
-                assignment=hint,
-                score=start,
+                placed=(hint, start),
                 bound=floor,
-                seconds=watch.elapsed,
-                trajectory=tuple(watch.trajectory),
-                notes=tuple(notes),
+                notes=notes,
             )
     racks = rack.prepare(inst, weights, limits) if symmetric else None
     # The rounding knows no current placement: with M it moves nearly every container
@@ -981,12 +978,27 @@ def solve(
     bound = max(bound or 0.0, floor)
     if _proves(bound, result.F):
         status = "OPTIMAL"
-    watch.offer(result.F, bound)
+    return _answer(
+        watch, method=method, status=status, placed=(assignment, result), bound=bound, notes=notes
+    )
+
+
+def _answer(
+    watch: Stopwatch,
+    *,
+    method: str,
+    status: Status,
+    placed: tuple[Assignment, Score],
+    bound: float,
+    notes: list[str],
+) -> PlacementResult:
+    """The solve's result: a placement with its score and bound, the progress so far."""
+    watch.offer(placed[1].F, bound)
     return PlacementResult(
         method=method,
         status=status,
-        assignment=assignment,
-        score=result,
+        assignment=placed[0],
+        score=placed[1],
         bound=bound,
         seconds=watch.elapsed,
         trajectory=tuple(watch.trajectory),
