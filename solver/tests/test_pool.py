@@ -237,6 +237,60 @@ def test_exchange_gathers_a_ring_split_between_two_hosts() -> None:
     assert after in {(0, 0, 1, 1), (1, 1, 0, 0), (0, 1, 1, 0), (1, 0, 0, 1)}
 
 
+def test_exchange_brings_a_container_into_its_partners_rack_where_their_host_is_full() -> None:
+    # p1 talks to p0 only; each one's host holds besides it a two-core container only,
+    # so no swap on them helps. Another host of p0's rack holds silent one-core turtles:
+    # swapping p1 with one of them turns the flow from cross-rack (4) to same-rack (1),
+    # and then p0 may join p1 there the same way.
+    host_specs = [("h0", "r0", 3), ("h1", "r0", 2), ("h2", "r1", 3)]
+    cluster = Cluster.model_validate(
+        {
+            "schema_version": 1,
+            "hosts": [
+                {
+                    "name": name,
+                    "rack": rack,
+                    "cores": cores,
+                    "domains": {"count": 1, "cores_per_domain": cores},
+                    "power": {"idle_w": 50, "peak_w": 100},
+                }
+                for name, rack, cores in host_specs
+            ],
+        }
+    )
+    sizes = {"p0": 1, "p1": 1, "b": 2, "s1": 1, "s2": 1, "b2": 2}
+
+    def job(name: str, members: list[str], traffic: list[dict[str, object]]) -> object:
+        return {
+            "name": name,
+            "containers": [
+                {"name": m, "cores": sizes[m], "memory_bytes": 1 << 20, "intensity_mpki": 1.0}
+                for m in members
+            ],
+            "traffic": traffic,
+        }
+
+    workload = Workload.model_validate(
+        {
+            "schema_version": 1,
+            "jobs": [
+                job("pair", ["p0", "p1"], [{"src": "p0", "dst": "p1", "bytes_per_s": 100.0}]),
+                job("silent", ["b", "s1", "s2", "b2"], []),
+            ],
+        }
+    )
+    inst = build_instance(cluster, workload)
+    order = [c.name for c in inst.containers]
+    home = {"p0": 0, "b": 0, "s1": 1, "s2": 1, "p1": 2, "b2": 2}
+    start = tuple(home[name] for name in order)
+    k, _ = bounds(inst).linear(Weights(1, 1, 1))
+    after = exchange(inst, start, k=k, deadline=time.monotonic() + 5)
+    assert evaluate(inst, start).C == 4 * 100.0
+    assert evaluate(inst, after).C == 0.0
+    assert not violations(inst, after)
+    assert after[order.index("p0")] == after[order.index("p1")] == 1
+
+
 def _ring_case() -> tuple[Cluster, Workload]:
     cluster = Cluster.model_validate(
         {

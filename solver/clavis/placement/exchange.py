@@ -33,6 +33,11 @@ from clavis.objectives import host_watts, is_contended
 
 MAX_PASSES = 30  # sweeps over the talking containers at most, whatever the time limit
 HOSTS_TRIED = 4  # hosts a container is offered per sweep: where its partners are most
+# Hosts of the rack its traffic goes to most (not its own) it is also offered, where no
+# partner sits: a calm stencil over five racks (1,024 hosts, seed 2) paid 8 times its
+# host floor in rack crossings, its partners' hosts full of its own devils.
+RACK_HOSTS_TRIED = 4
+RACK_HOSTS_SCANNED = 32  # hosts of that rack looked at per offer at most
 PARTNERS_TRIED = 6  # containers of its size on such a host it may swap with
 GAIN = 1e-12  # least decrease of F worth a step
 
@@ -49,6 +54,11 @@ class State:
         self.k_p, self.k_d, self.k_c, self.k_m = k
         self.host_of = list(assignment)
         self.rack = [h.rack for h in inst.hosts]
+        self.in_rack: defaultdict[int, list[int]] = defaultdict(list)
+        for hi, h in enumerate(inst.hosts):
+            if h.state == "up":  # a drained host takes back only its residents
+                self.in_rack[h.rack].append(hi)
+        self.turn = 0  # where the next rack offer starts, so offers vary between sweeps
         self.on: list[set[int]] = [set() for _ in inst.hosts]
         self.free = [h.cores for h in inst.hosts]
         self.devil_cores = [0] * len(inst.hosts)
@@ -253,9 +263,36 @@ class State:
             b = self.inst.uniform[ui].bytes_per_s
             for hi, n in self.per_host[ui].most_common(HOSTS_TRIED + 1):
                 weight[hi] += b * n
+        by_rack: defaultdict[int, float] = defaultdict(float)
+        for hi, w in weight.items():
+            by_rack[self.rack[hi]] += w
         weight.pop(here, None)
         ranked = heapq.nlargest(HOSTS_TRIED, weight.items(), key=lambda hw: hw[1])
-        return [hi for hi, w in ranked if w > 0]
+        out = [hi for hi, w in ranked if w > 0]
+        own = self.rack[here]
+        far = max(by_rack, key=lambda r: (by_rack[r], -r), default=own)
+        if far != own and by_rack[far] > by_rack.get(own, 0.0):
+            out += self._rack_offers(ci, far, set(out))
+        return out
+
+    def _rack_offers(self, ci: int, rack: int, taken: set[int]) -> list[int]:
+        """Up to RACK_HOSTS_TRIED hosts of ``rack`` with room for container ci or a
+        container of its size, among RACK_HOSTS_SCANNED from a turning start."""
+        cores = self.inst.containers[ci].cores
+        hosts = self.in_rack[rack]
+        out: list[int] = []
+        self.turn += 1
+        for k in range(min(len(hosts), RACK_HOSTS_SCANNED)):
+            hi = hosts[(self.turn + k) % len(hosts)]
+            if hi in taken:
+                continue
+            if self.free[hi] >= cores or any(
+                self.inst.containers[o].cores == cores for o in self.on[hi]
+            ):
+                out.append(hi)
+                if len(out) == RACK_HOSTS_TRIED:
+                    break
+        return out
 
 
 def exchange(
