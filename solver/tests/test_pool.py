@@ -291,6 +291,60 @@ def test_exchange_brings_a_container_into_its_partners_rack_where_their_host_is_
     assert after[order.index("p0")] == after[order.index("p1")] == 1
 
 
+def test_exchange_swaps_a_container_for_two_smaller_ones_where_none_of_its_size_is() -> None:
+    # p1 (4 cores) talks to p0 (2 cores); p0's host is full with two silent 2-core
+    # turtles besides it, p1's host with p1 alone. No single swap brings them together;
+    # p1 for the two silent turtles does.
+    workload = Workload.model_validate(
+        {
+            "schema_version": 1,
+            "jobs": [
+                {
+                    "name": name,
+                    "containers": [
+                        {"name": m, "cores": n, "memory_bytes": 1 << 20, "intensity_mpki": 1.0}
+                        for m, n in members
+                    ],
+                    "traffic": traffic,
+                }
+                for name, members, traffic in [
+                    (
+                        "pair",
+                        [("p0", 2), ("p1", 4)],
+                        [{"src": "p0", "dst": "p1", "bytes_per_s": 100.0}],
+                    ),
+                    ("silent", [("s1", 2), ("s2", 2)], []),
+                ]
+            ],
+        }
+    )
+    cluster = Cluster.model_validate(
+        {
+            "schema_version": 1,
+            "hosts": [
+                {
+                    "name": name,
+                    "rack": "r0",
+                    "cores": cores,
+                    "domains": {"count": 1, "cores_per_domain": cores},
+                    "power": {"idle_w": 50, "peak_w": 100},
+                }
+                for name, cores in [("h0", 6), ("h1", 4)]
+            ],
+        }
+    )
+    inst = build_instance(cluster, workload)
+    order = [c.name for c in inst.containers]
+    home = {"p0": 0, "s1": 0, "s2": 0, "p1": 1}
+    start = tuple(home[name] for name in order)
+    k, _ = bounds(inst).linear(Weights(1, 1, 1))
+    after = exchange(inst, start, k=k, deadline=time.monotonic() + 5)
+    assert evaluate(inst, start).C == 100.0
+    assert evaluate(inst, after).C == 0.0
+    assert not violations(inst, after)
+    assert [after[order.index(m)] for m in ("p0", "p1", "s1", "s2")] == [0, 0, 1, 1]
+
+
 def _ring_case() -> tuple[Cluster, Workload]:
     cluster = Cluster.model_validate(
         {

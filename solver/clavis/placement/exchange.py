@@ -40,6 +40,9 @@ RACK_HOSTS_TRIED = 4
 RACK_HOSTS_SCANNED = 32  # hosts of that rack looked at per offer at most
 PARTNERS_TRIED = 6  # containers of its size on such a host it may swap with
 GAIN = 1e-12  # least decrease of F worth a step
+# Smaller containers a container may swap with at once where none of its size is there
+# (an 8-core turtle for two 4-core ones): at most this many.
+BUNDLE_MOST = 4
 
 
 class State:
@@ -240,11 +243,11 @@ class State:
             if d != moved:
                 self.hot_devils[self.inst.containers[d].job] += 1 if hot else -1
 
-    def touched(self, ci: int, frm: int, swap: int) -> set[int]:
-        """Containers whose best step may have changed when ci left host frm (and swap
-        came there): the two, their partners, and their all-to-all fellows on the two
-        hosts."""
-        moved = [ci] if swap < 0 else [ci, swap]
+    def touched(self, ci: int, frm: int, back: tuple[int, ...]) -> set[int]:
+        """Containers whose best step may have changed when ci left host frm (and those
+        in ``back`` came there): they, their partners, and their all-to-all fellows on
+        the two hosts."""
+        moved = [ci, *back]
         hosts = {frm, self.host_of[ci]}
         out = set(moved)
         for m in moved:
@@ -277,7 +280,7 @@ class State:
 
     def _rack_offers(self, ci: int, rack: int, taken: set[int]) -> list[int]:
         """Up to RACK_HOSTS_TRIED hosts of ``rack`` with room for container ci or a
-        container of its size, among RACK_HOSTS_SCANNED from a turning start."""
+        container no larger, among RACK_HOSTS_SCANNED from a turning start."""
         cores = self.inst.containers[ci].cores
         hosts = self.in_rack[rack]
         out: list[int] = []
@@ -287,7 +290,7 @@ class State:
             if hi in taken:
                 continue
             if self.free[hi] >= cores or any(
-                self.inst.containers[o].cores == cores for o in self.on[hi]
+                self.inst.containers[o].cores <= cores for o in self.on[hi]
             ):
                 out.append(hi)
                 if len(out) == RACK_HOSTS_TRIED:
@@ -337,14 +340,16 @@ def exchange(
     return tuple(state.host_of)
 
 
-def _best_step(state: State, ci: int) -> int | None:
+def _best_step(state: State, ci: int) -> tuple[int, ...] | None:
     """Makes the best F-lowering step of container ci towards the hosts it talks to
-    most: a move into free cores, or a swap with a container of its size there. The
-    container swapped with (-1 for a move), or None if it made no step."""
+    most: a move into free cores, a swap with a container of its size there, or with a
+    few smaller ones (_bundle). The containers sent back to its host (none for a move),
+    or None if it made no step."""
     inst = state.inst
     here = state.host_of[ci]
     cores = inst.containers[ci].cores
-    best, pick, swap = -GAIN, -1, -1
+    best, pick = -GAIN, -1
+    back: tuple[int, ...] = ()
     for there in state.near(ci):
         if not inst.allowed(ci, there):
             continue
@@ -354,35 +359,75 @@ def _best_step(state: State, ci: int) -> int | None:
             for o in state.on[there]
             if inst.containers[o].cores == cores and inst.allowed(o, here)
         ]
-        if not room and not others:
-            continue
-        others = others[:PARTNERS_TRIED]
-        if inst.containers[ci].devil:
-            tried = _by_steps(state, ci, there, room, others)
-        else:
-            tried = _at_once(state, ci, there, room, others)
-        for total, other in tried:
+        tried: list[tuple[float, tuple[int, ...]]] = []
+        if room or others:
+            others = others[:PARTNERS_TRIED]
+            if inst.containers[ci].devil:
+                tried = _by_steps(state, ci, there, room, others)
+            else:
+                tried = _at_once(state, ci, there, room, others)
+        elif bundle := _bundle(state, ci, there):
+            tried = [(_bundle_change(state, ci, there, bundle), bundle)]
+        for total, sent in tried:
             if total < best:
-                best, pick, swap = total, there, other
+                best, pick, back = total, there, sent
     if pick < 0:
         return None
     state.step(ci, pick)
-    if swap >= 0:
-        state.step(swap, here)
-    return swap
+    for other in back:
+        state.step(other, here)
+    return back
+
+
+def _bundle(state: State, ci: int, there: int) -> tuple[int, ...]:
+    """Containers on host ``there``, each smaller than ci, that make room for it there
+    and fit where it is once it has left: silent ones first, then the largest, at most
+    BUNDLE_MOST; () if there are none such."""
+    inst = state.inst
+    here = state.host_of[ci]
+    cores = inst.containers[ci].cores
+    need = cores - state.free[there]
+    smaller = [
+        o for o in state.on[there] if inst.containers[o].cores < cores and inst.allowed(o, here)
+    ]
+    smaller.sort(
+        key=lambda o: (bool(state.partners[o] or state.entries[o]), -inst.containers[o].cores, o)
+    )
+    out: list[int] = []
+    freed = 0
+    for o in smaller[:BUNDLE_MOST]:
+        if freed >= need:
+            break
+        out.append(o)
+        freed += inst.containers[o].cores
+    if freed < need or freed > state.free[here] + cores:
+        return ()
+    return tuple(out)
+
+
+def _bundle_change(state: State, ci: int, there: int, bundle: tuple[int, ...]) -> float:
+    """F's change of swapping container ci with ``bundle`` (_bundle), made and undone."""
+    here = state.host_of[ci]
+    total = state.step(ci, there)
+    for o in bundle:
+        total += state.step(o, here)
+    for o in reversed(bundle):
+        state.step(o, there)
+    state.step(ci, here)
+    return total
 
 
 def _by_steps(
     state: State, ci: int, there: int, room: bool, others: list[int]
-) -> list[tuple[float, int]]:
+) -> list[tuple[float, tuple[int, ...]]]:
     """F's change of moving container ci to host ``there`` (other -1) and of swapping it
     with each of ``others``, made and undone step by step (a devil may change which
     hosts are contended)."""
     here = state.host_of[ci]
     first = state.step(ci, there)
-    out = [(first, -1)] if room else []
+    out: list[tuple[float, tuple[int, ...]]] = [(first, ())] if room else []
     for other in others:
-        out.append((first + state.step(other, here), other))
+        out.append((first + state.step(other, here), (other,)))
         state.step(other, there)
     state.step(ci, here)
     return out
@@ -390,14 +435,16 @@ def _by_steps(
 
 def _at_once(
     state: State, ci: int, there: int, room: bool, others: list[int]
-) -> list[tuple[float, int]]:
+) -> list[tuple[float, tuple[int, ...]]]:
     """The same for a turtle, computed without moving anything: a turtle changes no
     host's contention, so D stays; a swap of equal cores leaves P as it was, and a turtle
     other than the two swapped sees the same."""
-    out = [(state.move_change(ci, there), -1)] if room else []
+    out: list[tuple[float, tuple[int, ...]]] = []
+    if room:
+        out.append((state.move_change(ci, there), ()))
     for other in others:
         if state.inst.containers[other].devil:
             out += _by_steps(state, ci, there, False, [other])
         else:
-            out.append((state.swap_change(ci, other), other))
+            out.append((state.swap_change(ci, other), (other,)))
     return out
