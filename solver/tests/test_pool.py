@@ -237,112 +237,58 @@ def test_exchange_gathers_a_ring_split_between_two_hosts() -> None:
     assert after in {(0, 0, 1, 1), (1, 1, 0, 0), (0, 1, 1, 0), (1, 0, 0, 1)}
 
 
+def _exchanged(inst: Instance, home: dict[str, int]) -> tuple[Assignment, Assignment]:
+    """A start (each container on its host in ``home``) and what exchange makes of it."""
+    start = tuple(home[c.name] for c in inst.containers)
+    k, _ = bounds(inst).linear(Weights(1, 1, 1))
+    return start, exchange(inst, start, k=k, deadline=time.monotonic() + 5)
+
+
+def _pair(p0: int, p1: int) -> dict[str, object]:
+    """Job "pair": p0 and p1 (of these cores) exchange 100 bytes/s."""
+    return {
+        "name": "pair",
+        "containers": [container("p0", p0), container("p1", p1)],
+        "traffic": [{"src": "p0", "dst": "p1", "bytes_per_s": 100.0}],
+    }
+
+
 def test_exchange_brings_a_container_into_its_partners_rack_where_their_host_is_full() -> None:
     # p1 talks to p0 only; each one's host holds besides it a two-core container only,
     # so no swap on them helps. Another host of p0's rack holds silent one-core turtles:
     # swapping p1 with one of them turns the flow from cross-rack (4) to same-rack (1),
     # and then p0 may join p1 there the same way.
-    host_specs = [("h0", "r0", 3), ("h1", "r0", 2), ("h2", "r1", 3)]
-    cluster = Cluster.model_validate(
-        {
-            "schema_version": 1,
-            "hosts": [
-                {
-                    "name": name,
-                    "rack": rack,
-                    "cores": cores,
-                    "domains": {"count": 1, "cores_per_domain": cores},
-                    "power": {"idle_w": 50, "peak_w": 100},
-                }
-                for name, rack, cores in host_specs
-            ],
-        }
+    silent = [container("b", 2), container("s1", 1), container("s2", 1), container("b2", 2)]
+    inst = instance(
+        [
+            host("h0", "r0", cores=3, domains=1),
+            host("h1", "r0", cores=2),
+            host("h2", cores=3, domains=1),
+        ],
+        [_pair(1, 1), {"name": "silent", "containers": silent}],
     )
-    sizes = {"p0": 1, "p1": 1, "b": 2, "s1": 1, "s2": 1, "b2": 2}
-
-    def job(name: str, members: list[str], traffic: list[dict[str, object]]) -> object:
-        return {
-            "name": name,
-            "containers": [
-                {"name": m, "cores": sizes[m], "memory_bytes": 1 << 20, "intensity_mpki": 1.0}
-                for m in members
-            ],
-            "traffic": traffic,
-        }
-
-    workload = Workload.model_validate(
-        {
-            "schema_version": 1,
-            "jobs": [
-                job("pair", ["p0", "p1"], [{"src": "p0", "dst": "p1", "bytes_per_s": 100.0}]),
-                job("silent", ["b", "s1", "s2", "b2"], []),
-            ],
-        }
-    )
-    inst = build_instance(cluster, workload)
-    order = [c.name for c in inst.containers]
-    home = {"p0": 0, "b": 0, "s1": 1, "s2": 1, "p1": 2, "b2": 2}
-    start = tuple(home[name] for name in order)
-    k, _ = bounds(inst).linear(Weights(1, 1, 1))
-    after = exchange(inst, start, k=k, deadline=time.monotonic() + 5)
+    start, after = _exchanged(inst, {"p0": 0, "b": 0, "s1": 1, "s2": 1, "p1": 2, "b2": 2})
     assert evaluate(inst, start).C == 4 * 100.0
     assert evaluate(inst, after).C == 0.0
     assert not violations(inst, after)
-    assert after[order.index("p0")] == after[order.index("p1")] == 1
+    names = [c.name for c in inst.containers]
+    assert after[names.index("p0")] == after[names.index("p1")] == 1
 
 
 def test_exchange_swaps_a_container_for_two_smaller_ones_where_none_of_its_size_is() -> None:
     # p1 (4 cores) talks to p0 (2 cores); p0's host is full with two silent 2-core
     # turtles besides it, p1's host with p1 alone. No single swap brings them together;
     # p1 for the two silent turtles does.
-    workload = Workload.model_validate(
-        {
-            "schema_version": 1,
-            "jobs": [
-                {
-                    "name": name,
-                    "containers": [
-                        {"name": m, "cores": n, "memory_bytes": 1 << 20, "intensity_mpki": 1.0}
-                        for m, n in members
-                    ],
-                    "traffic": traffic,
-                }
-                for name, members, traffic in [
-                    (
-                        "pair",
-                        [("p0", 2), ("p1", 4)],
-                        [{"src": "p0", "dst": "p1", "bytes_per_s": 100.0}],
-                    ),
-                    ("silent", [("s1", 2), ("s2", 2)], []),
-                ]
-            ],
-        }
+    inst = instance(
+        [host("h0", cores=6, domains=1), host("h1", cores=4)],
+        [_pair(2, 4), {"name": "silent", "containers": [container("s1"), container("s2")]}],
     )
-    cluster = Cluster.model_validate(
-        {
-            "schema_version": 1,
-            "hosts": [
-                {
-                    "name": name,
-                    "rack": "r0",
-                    "cores": cores,
-                    "domains": {"count": 1, "cores_per_domain": cores},
-                    "power": {"idle_w": 50, "peak_w": 100},
-                }
-                for name, cores in [("h0", 6), ("h1", 4)]
-            ],
-        }
-    )
-    inst = build_instance(cluster, workload)
-    order = [c.name for c in inst.containers]
-    home = {"p0": 0, "s1": 0, "s2": 0, "p1": 1}
-    start = tuple(home[name] for name in order)
-    k, _ = bounds(inst).linear(Weights(1, 1, 1))
-    after = exchange(inst, start, k=k, deadline=time.monotonic() + 5)
+    start, after = _exchanged(inst, {"p0": 0, "s1": 0, "s2": 0, "p1": 1})
     assert evaluate(inst, start).C == 100.0
     assert evaluate(inst, after).C == 0.0
     assert not violations(inst, after)
-    assert [after[order.index(m)] for m in ("p0", "p1", "s1", "s2")] == [0, 0, 1, 1]
+    names = [c.name for c in inst.containers]
+    assert [after[names.index(m)] for m in ("p0", "p1", "s1", "s2")] == [0, 0, 1, 1]
 
 
 def _ring_case() -> tuple[Cluster, Workload]:
