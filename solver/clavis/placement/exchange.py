@@ -19,7 +19,9 @@ This is a Kernighan-Lin style local search with F's change computed exactly and 
   devils is on a contended host, so the search keeps per job that count.
 
 A swap is two moves made one after the other, so a flow between the two is counted
-right. A step is kept only if it lowers F.
+right. A container is offered its partners' hosts and, when its traffic goes mostly to
+another rack, a few hosts of that rack; where none of its size is there, it may swap
+with a few smaller ones (a bundle). A step is kept only if it lowers F.
 """
 
 from __future__ import annotations
@@ -420,9 +422,9 @@ def _bundle_change(state: State, ci: int, there: int, bundle: tuple[int, ...]) -
 def _by_steps(
     state: State, ci: int, there: int, room: bool, others: list[int]
 ) -> list[tuple[float, tuple[int, ...]]]:
-    """F's change of moving container ci to host ``there`` (other -1) and of swapping it
-    with each of ``others``, made and undone step by step (a devil may change which
-    hosts are contended)."""
+    """F's change of moving container ci to host ``there`` (nothing sent back) and of
+    swapping it with each of ``others``, made and undone step by step (a devil may
+    change which hosts are contended)."""
     here = state.host_of[ci]
     first = state.step(ci, there)
     out: list[tuple[float, tuple[int, ...]]] = [(first, ())] if room else []
