@@ -271,8 +271,8 @@ def test_exchange_brings_a_container_into_its_partners_rack_where_their_host_is_
     assert evaluate(inst, start).C == 4 * 100.0
     assert evaluate(inst, after).C == 0.0
     assert not violations(inst, after)
-    names = [c.name for c in inst.containers]
-    assert after[names.index("p0")] == after[names.index("p1")] == 1
+    index = inst.container_by_name
+    assert after[index["p0"]] == after[index["p1"]] == 1
 
 
 def test_exchange_swaps_a_container_for_two_smaller_ones_where_none_of_its_size_is() -> None:
@@ -287,8 +287,8 @@ def test_exchange_swaps_a_container_for_two_smaller_ones_where_none_of_its_size_
     assert evaluate(inst, start).C == 100.0
     assert evaluate(inst, after).C == 0.0
     assert not violations(inst, after)
-    names = [c.name for c in inst.containers]
-    assert [after[names.index(m)] for m in ("p0", "p1", "s1", "s2")] == [0, 0, 1, 1]
+    index = inst.container_by_name
+    assert [after[index[m]] for m in ("p0", "p1", "s1", "s2")] == [0, 0, 1, 1]
 
 
 def _ring_case() -> tuple[Cluster, Workload]:

@@ -365,11 +365,11 @@ def _best_step(state: State, ci: int) -> tuple[int, ...] | None:
         if room or others:
             others = others[:PARTNERS_TRIED]
             if inst.containers[ci].devil:
-                tried = _by_steps(state, ci, there, room, others)
+                tried = _by_steps(state, ci, there, room, [(o,) for o in others])
             else:
                 tried = _at_once(state, ci, there, room, others)
         elif bundle := _bundle(state, ci, there):
-            tried = [(_bundle_change(state, ci, there, bundle), bundle)]
+            tried = _by_steps(state, ci, there, False, [bundle])
         for total, sent in tried:
             if total < best:
                 best, pick, back = total, there, sent
@@ -407,30 +407,23 @@ def _bundle(state: State, ci: int, there: int) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _bundle_change(state: State, ci: int, there: int, bundle: tuple[int, ...]) -> float:
-    """F's change of swapping container ci with ``bundle`` (_bundle), made and undone."""
-    here = state.host_of[ci]
-    total = state.step(ci, there)
-    for o in bundle:
-        total += state.step(o, here)
-    for o in reversed(bundle):
-        state.step(o, there)
-    state.step(ci, here)
-    return total
-
-
 def _by_steps(
-    state: State, ci: int, there: int, room: bool, others: list[int]
+    state: State, ci: int, there: int, room: bool, sends: list[tuple[int, ...]]
 ) -> list[tuple[float, tuple[int, ...]]]:
     """F's change of moving container ci to host ``there`` (nothing sent back) and of
-    swapping it with each of ``others``, made and undone step by step (a devil may
-    change which hosts are contended)."""
+    swapping it with each of ``sends`` (one container of its size, or a bundle of
+    smaller ones sent to its host), made and undone step by step (a devil may change
+    which hosts are contended)."""
     here = state.host_of[ci]
     first = state.step(ci, there)
     out: list[tuple[float, tuple[int, ...]]] = [(first, ())] if room else []
-    for other in others:
-        out.append((first + state.step(other, here), (other,)))
-        state.step(other, there)
+    for sent in sends:
+        total = first
+        for other in sent:
+            total += state.step(other, here)
+        out.append((total, sent))
+        for other in reversed(sent):
+            state.step(other, there)
     state.step(ci, here)
     return out
 
@@ -446,7 +439,7 @@ def _at_once(
         out.append((state.move_change(ci, there), ()))
     for other in others:
         if state.inst.containers[other].devil:
-            out += _by_steps(state, ci, there, False, [other])
+            out += _by_steps(state, ci, there, False, [(other,)])
         else:
             out.append((state.swap_change(ci, other), (other,)))
     return out
