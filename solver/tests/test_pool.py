@@ -618,10 +618,10 @@ def test_repack_bounds_with_stay_rows_never_exceed_the_enumerated_optimum() -> N
             unlanded = pool.prepare(inst, w, limits, landing=False)
             assert unlanded is not None
             landed += got.bound > pool.solve(unlanded, time.monotonic() + 5).bound + 1e-9
-    # measured: 261 checked, 179 with Stay rows, 138 of them tighter, 30 tighter still
-    # with mover rows
+    # measured: 261 checked, 179 with Stay rows, 138 of them tighter, 38 tighter still
+    # with mover rows (30 before they shared the Stay rows' z, landing.py)
     assert checked > 150 and staying > 100 and tighter > 50, (checked, staying, tighter)
-    assert landed > 15, landed
+    assert landed > 33, landed
 
 
 def test_repack_bounds_with_trade_rows_never_exceed_the_enumerated_optimum() -> None:

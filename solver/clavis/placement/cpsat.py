@@ -157,6 +157,12 @@ ROUNDING_MOVED = 0.9
 # a 10 s repack stopped it after 1.5 s (bound 0.212 for 0.264 settled, seed 1); the
 # search it waits for gained 0.0004 of F in those seconds.
 POOL_BOUND_SHARE = 0.45
+# A repack's master with mover rows that share the Stay rows' z (landing.py) takes
+# about twice the rounds of the Stay master (1,024-host repacks: 14-56 rounds, 20 s):
+# with at least this many seconds left after the master without Stay rows it goes
+# first, alone (bound at 60 s: seed 3 0.2525 -> 0.2554, seed 4 0.2066 -> 0.2071);
+# with less, the Stay master settles first (10 s, seed 2: alone 0.3075, after it 0.3093).
+MOVERS_FIRST_SECONDS = 12.0
 # Of what a repack's pool window has left after its Stay bound, the per-job trade
 # floors (tradeoff.py) take at most this share and the solve with their rows the rest.
 # Small repacks gain (32 hosts: 0.1545 -> 0.1763); at 1,024 hosts the 60 s window has
@@ -592,9 +598,10 @@ def _pool_bound(
 ) -> tuple[float, Assignment | None]:
     """The pool bound (pool.py) raises the floor, in a budget of its own (the warm start
     may already have passed POOL_END_SHARE). In a repack it runs again with what its
-    talking jobs send if their residents stay (pool.Stay), then also with what the
-    moved ones send (landing.py) and, as time allows, with trade rows. With ``until``
-    (a repack's bound deferred into the host search, which it ends by then) the Stay
+    talking jobs send if their residents stay (pool.Stay) and what the moved ones send
+    (landing.py), in one master or, in a short window, the first before the second
+    (MOVERS_FIRST_SECONDS), and, as time allows, with trade rows. With ``until`` (a
+    repack's bound deferred into the host search, which it ends by then) the first
     master's patterns are also rounded, the residents they keep staying
     (pool.round_by_jobs with keep): the host search's second start. Returns the floor and
     that rounding, if any."""
@@ -606,7 +613,8 @@ def _pool_bound(
     # Without Stay rows it settles in a few rounds; they start the larger master below.
     answer = pool.solve(relaxed, deadline)
     floor = max(floor, answer.bound)
-    tighter = pool.prepare(inst, weights, limits, landing=False)
+    first = deadline - time.monotonic() >= MOVERS_FIRST_SECONDS
+    tighter = pool.prepare(inst, weights, limits, landing=first)
     # Without Stay rows (no residents talk across hosts) it is the master above.
     if tighter is None or tighter.stay is None or not tighter.stay.row_job:
         return floor, None
@@ -617,10 +625,10 @@ def _pool_bound(
     rounded = None
     if until is not None:
         rounded = pool.round_by_jobs(inst, tighter, answer, until, keep=True)
-    # With mover rows (landing.py) the master takes about twice as long: it comes after
-    # the one above, which leaves the bound and the rounding as they were if it does not
-    # settle in time (1,024-host repack, seed 2, 10 s: bound 0.3203 first, 0.3095 alone).
-    landed = pool.prepare(inst, weights, limits)
+    # In a short window the master with mover rows (landing.py) comes after the one
+    # above, which leaves the bound and the rounding as they were if it does not settle
+    # in time (MOVERS_FIRST_SECONDS).
+    landed = None if first else pool.prepare(inst, weights, limits)
     moving = landed is not None and landed.stay is not None and bool(landed.stay.mover_rows)
     if landed is not None and moving and time.monotonic() < deadline:
         got = pool.solve(landed, deadline, start=answer.columns)

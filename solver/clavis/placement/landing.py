@@ -24,6 +24,16 @@ lambda = same-rack cost everywhere (best: the host with most of b's neighbours),
 where crossing racks costs more, lambda = cross-rack cost (best: a rack's neighbours at
 the difference plus its best host's at the same-rack cost).
 
+The row's K_b term stands for sum_a w_ab * lambda_a * K_a * K_b, the flows that stay
+because both ends do, bounded by K_b alone. Where the master has a Stay row for b's host
+and a's (``shared``), that row's variable z already bounds the same flows from below, and
+the exact sum over the pair of hosts is at most z / L(h_b, h_a): so its part of the K_b
+term is replaced by lambda * z / L, one term per pair of hosts. A fractional K (every
+resident of a host kept by a share t) then no longer lets the Stay row count the pair's
+flows as kept by 2t - 1 while the mover row counts them as kept by t: both read z, and
+the master pays t * L for the pair, as mixing "all stay" with "all move" does (1,024-host
+repacks, the pool master alone: bound +0.0011 to +0.0018).
+
 An all-to-all group's members on one host are alike, so they make one unit: its members
 times the same row, less each member's own pair. The rows of a job's units on one host
 are summed into one v: a row per container held twice as much on the 1,024-host repacks
@@ -46,11 +56,18 @@ TINY = 1e-9  # coefficients below this share of a row's largest are dropped
 class Landing:
     """Mover rows on F's scale: per variable v its Stay job (index) and its most; per row
     its variable and its right-hand side's ``best``; per resident its (row, coefficient
-    of K) pairs, rows numbered from 0 here (the caller shifts them)."""
+    of K) pairs, rows numbered from 0 here (the caller shifts them); per row its (Stay
+    row, coefficient of that row's z) pairs."""
 
     variables: tuple[tuple[int, float], ...]
     rows: tuple[tuple[int, float], ...]
     entries: dict[int, list[tuple[int, float]]]
+    shared: tuple[tuple[tuple[int, float], ...], ...] = ()
+
+
+# Per (job, lower host, higher host): the master's Stay row for that job's flows between
+# the two hosts and its link cost on F's scale.
+StayRows = dict[tuple[int, int, int], tuple[int, float]]
 
 
 @dataclass
@@ -58,6 +75,7 @@ class _Builder:
     variables: list[tuple[int, float]]
     rows: list[tuple[int, float]]
     entries: dict[int, list[tuple[int, float]]]
+    shared: list[tuple[tuple[int, float], ...]]
 
 
 # One kind of mover: a container with its neighbours, or all-to-all members alike on one
@@ -65,11 +83,14 @@ class _Builder:
 Unit = tuple[tuple[int, ...], list[tuple[int, float]]]
 
 
-def landing_rows(inst: Instance, index: dict[int, int], k_c: float) -> Landing:
+def landing_rows(
+    inst: Instance, index: dict[int, int], k_c: float, stay_rows: StayRows | None = None
+) -> Landing:
     """The mover rows of the jobs in ``index`` (job: its Stay job index), C weighted by
     ``k_c``: per job and host its movers' rows summed (one v per row would hold more,
-    but the master took ten times longer and did not settle in 60 s at 1,024 hosts)."""
-    out = _Builder([], [], defaultdict(list))
+    but the master took ten times longer and did not settle in 60 s at 1,024 hosts).
+    ``stay_rows``: the master's Stay rows, whose z the rows share (module docstring)."""
+    out = _Builder([], [], defaultdict(list), [])
     cur = inst.current
     near: dict[int, list[tuple[int, float]]] = defaultdict(list)
     for f in inst.flows:
@@ -93,23 +114,39 @@ def landing_rows(inst: Instance, index: dict[int, int], k_c: float) -> Landing:
         for h in sorted(on):
             units[(job, h)].append((tuple(on[h]), everyone))
     racks = [h.rack for h in inst.hosts]
-    for (job, _host), here in sorted(units.items()):
-        _add(inst, out, job, here, racks=racks, k_c=k_c)
-    return Landing(tuple(out.variables), tuple(out.rows), dict(out.entries))
+    # per (Stay job, host): per other host, the Stay row between the two
+    between: dict[tuple[int, int], dict[int, tuple[int, float]]] = defaultdict(dict)
+    for (job, a, b), row in (stay_rows or {}).items():
+        if job in index:
+            between[index[job], a][b] = row
+            between[index[job], b][a] = row
+    for (k, host), here in sorted(units.items()):
+        _add(inst, out, k, here, racks=racks, k_c=k_c, shared=between.get((k, host), {}))
+    return Landing(tuple(out.variables), tuple(out.rows), dict(out.entries), tuple(out.shared))
 
 
 def _add(
-    inst: Instance, out: _Builder, job: int, units: list[Unit], *, racks: list[int], k_c: float
+    inst: Instance,
+    out: _Builder,
+    job: int,
+    units: list[Unit],
+    *,
+    racks: list[int],
+    k_c: float,
+    shared: dict[int, tuple[int, float]],
 ) -> None:
     """One variable for the movers of ``units`` and its rows, one per price, each the sum
-    of its units' rows that can be above 0; ``racks``: each host's rack."""
+    of its units' rows that can be above 0; ``racks``: each host's rack; ``shared``: per
+    other host, the Stay row of the job's flows between it and the movers' host."""
     same, cross = k_c * inst.same_rack_cost, k_c * inst.cross_rack_cost
+    cur = inst.current
     prices = [same] + ([cross] if cross > same else [])
     # per unit: its first mover's neighbours (all-to-all: the member itself aside)
     theirs = [[(a, w) for a, w in near if a != movers[0]] for movers, near in units]
     forms = []
     for price in prices:
         coef: dict[int, float] = defaultdict(float)
+        rows: dict[int, float] = {}
         saving = most = 0.0
         for (movers, near), others in zip(units, theirs, strict=True):
             total = price * sum(w for _, w in others)
@@ -120,17 +157,24 @@ def _add(
             for a, w in near:
                 # every mover but a itself has a as a neighbour (n = 1: a is not b)
                 coef[a] += (n - 1 if a in own else n) * w * price
+            # the flows to hosts with a Stay row are bounded by its z, not by K_b
+            apart = 0.0
+            for a, w in others:
+                if (h := cur[a]) in shared:
+                    apart += w * price
+                    row, link = shared[h]
+                    rows[row] = price / link
             for b in movers:
-                coef[b] -= total - best
+                coef[b] -= total - apart - best
             saving += n * best
             most += n * (total - best)
         if coef:
-            forms.append((coef, saving, most))
+            forms.append((coef, saving, most, rows))
     if not forms:
         return
     var = len(out.variables)
-    out.variables.append((job, max(most for _, _, most in forms)))
-    for coef, saving, _most in forms:
+    out.variables.append((job, max(most for _, _, most, _ in forms)))
+    for coef, saving, _most, rows in forms:
         # A member's terms can nearly cancel, and GLOP gives up on coefficients of
         # 1e-22 beside 1e-3: drop the tiny ones, a negative one's most (K = 1) moved to
         # the right-hand side, which keeps the row valid.
@@ -138,6 +182,7 @@ def _add(
         slack = sum(-c for c in coef.values() if -tiny <= c < 0)
         row = len(out.rows)
         out.rows.append((var, saving + slack))
+        out.shared.append(tuple(sorted(rows.items())))
         for a, c in coef.items():
             if abs(c) > tiny:
                 out.entries[a].append((row, c))

@@ -180,6 +180,8 @@ class Stay:
     # its most, per row its variable and the saving (its right-hand side is -saving).
     movers: tuple[tuple[int, float], ...] = ()
     mover_rows: tuple[tuple[int, float], ...] = ()
+    # Per mover row: (row above, coefficient) of the Stay rows whose z it reads (landing.py).
+    mover_shared: tuple[tuple[tuple[int, float], ...], ...] = ()
 
     @property
     def first_mover_row(self) -> int:
@@ -469,7 +471,8 @@ def _stay(
             if least is not None and least > floor[k] + EPS:
                 trade_row[k] = len(new) + len(trade)
                 trade.append((k, least - moved[k]))
-    movers = landing_rows(inst, index if landing else {}, k_c)
+    shared = {keys[r]: (new[r], link[r]) for r in new if link[r] > 0}
+    movers = landing_rows(inst, index if landing else {}, k_c, shared)
     first = len(new) + len(trade)  # the mover rows come after the trade rows
     resident: list[tuple[tuple[tuple[tuple[int, float], ...], ...], ...]] = [()] * charges.types
     for t, per_group in ranked.values():
@@ -500,6 +503,7 @@ def _stay(
         tuple(trade),
         movers=movers.variables,
         mover_rows=movers.rows,
+        mover_shared=movers.shared,
     )
 
 
@@ -874,12 +878,14 @@ class _Master:
         for ui, k in enumerate(st.unit_job):
             if k >= 0:
                 self.calm_row[k].SetCoefficient(self.y[ui], st.unit_penalty[ui])
+        z_of_row = []
         for r, k in enumerate(st.row_job):
             z = lp.NumVar(0.0, st.row_cost[r], "")
             self.link_row[k].SetCoefficient(z, -1.0)
             row = lp.Constraint(-st.row_cost[r], inf)
             row.SetCoefficient(z, 1.0)
             self.stay_row.append(row)
+            z_of_row.append(z)
         # Trade rows: c less what the job's kept residents save at least its least C + M
         # less all its residents' M (the columns' coefficients come with _stay_bytes).
         for k, least in st.trade:
@@ -892,9 +898,11 @@ class _Master:
             v = lp.NumVar(0.0, most, "")
             self.link_row[k].SetCoefficient(v, -1.0)
             self.moved.append(v)
-        for var, saving in st.mover_rows:
+        for i, (var, saving) in enumerate(st.mover_rows):
             row = lp.Constraint(-saving, inf)
             row.SetCoefficient(self.moved[var], 1.0)
+            for r, c in st.mover_shared[i] if st.mover_shared else ():
+                row.SetCoefficient(z_of_row[r], c)
             self.stay_row.append(row)
 
     def add(self, col: PoolColumn) -> None:
@@ -1017,14 +1025,16 @@ def _lagrangian(
             a, b = float(alpha[k]), float(beta[k])
             value += a * (st.floor[k] + st.penalty[k])
             value += min(0.0, 1.0 - a - b - float(traded[k])) * st.upper[k]
-        for r, k in enumerate(st.row_job):
-            s_r, w = float(sigma[r]), st.row_cost[r]
-            value += -s_r * w + min(0.0, float(beta[k]) - s_r) * w
-        on_var = np.zeros(len(st.movers))
+        on_var, on_z = np.zeros(len(st.movers)), np.zeros(len(st.row_job))
         for i, (var, saving) in enumerate(st.mover_rows):
             s_i = float(sigma[st.first_mover_row + i])
             on_var[var] += s_i
             value -= s_i * saving
+            for r, c in st.mover_shared[i] if st.mover_shared else ():
+                on_z[r] += s_i * c
+        for r, k in enumerate(st.row_job):
+            s_r, w = float(sigma[r]), st.row_cost[r]
+            value += -s_r * w + min(0.0, float(beta[k]) - s_r - float(on_z[r])) * w
         for var, (k, most) in enumerate(st.movers):
             value += min(0.0, float(beta[k]) - float(on_var[var])) * most
     return value
