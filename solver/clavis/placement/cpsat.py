@@ -160,8 +160,9 @@ POOL_BOUND_SHARE = 0.45
 # A repack's master with mover rows that share the Stay rows' z (landing.py) takes
 # about twice the rounds of the Stay master (1,024-host repacks: 14-56 rounds, 20 s):
 # with at least this many seconds left after the master without Stay rows it goes
-# first, alone (bound at 60 s: seed 3 0.2525 -> 0.2554, seed 4 0.2066 -> 0.2071);
-# with less, the Stay master settles first (10 s, seed 2: alone 0.3075, after it 0.3093).
+# first, alone (seed 3, 60 s: after the Stay master it did not settle in time and the
+# bound stayed at that master's 0.2525; first, 0.2554); with less, the Stay master
+# settles first (10 s, seed 2: alone 0.3075, after it 0.3093).
 MOVERS_FIRST_SECONDS = 12.0
 # Of what a repack's pool window has left after its Stay bound, the per-job trade
 # floors (tradeoff.py) take at most this share and the solve with their rows the rest.
