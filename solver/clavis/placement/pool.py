@@ -180,7 +180,8 @@ class Stay:
     # its most, per row its variable and the saving (its right-hand side is -saving).
     movers: tuple[tuple[int, float], ...] = ()
     mover_rows: tuple[tuple[int, float], ...] = ()
-    # Per mover row: (row above, coefficient) of the Stay rows whose z it reads (landing.py).
+    # Per mover row (one each, always): (row above, coefficient) of the Stay rows whose z
+    # it reads (landing.py).
     mover_shared: tuple[tuple[tuple[int, float], ...], ...] = ()
 
     @property
@@ -898,10 +899,10 @@ class _Master:
             v = lp.NumVar(0.0, most, "")
             self.link_row[k].SetCoefficient(v, -1.0)
             self.moved.append(v)
-        for i, (var, saving) in enumerate(st.mover_rows):
+        for (var, saving), reads in zip(st.mover_rows, st.mover_shared, strict=True):
             row = lp.Constraint(-saving, inf)
             row.SetCoefficient(self.moved[var], 1.0)
-            for r, c in st.mover_shared[i] if st.mover_shared else ():
+            for r, c in reads:
                 row.SetCoefficient(z_of_row[r], c)
             self.stay_row.append(row)
 
@@ -1026,11 +1027,13 @@ def _lagrangian(
             value += a * (st.floor[k] + st.penalty[k])
             value += min(0.0, 1.0 - a - b - float(traded[k])) * st.upper[k]
         on_var, on_z = np.zeros(len(st.movers)), np.zeros(len(st.row_job))
-        for i, (var, saving) in enumerate(st.mover_rows):
+        for i, ((var, saving), reads) in enumerate(
+            zip(st.mover_rows, st.mover_shared, strict=True)
+        ):
             s_i = float(sigma[st.first_mover_row + i])
             on_var[var] += s_i
             value -= s_i * saving
-            for r, c in st.mover_shared[i] if st.mover_shared else ():
+            for r, c in reads:
                 on_z[r] += s_i * c
         for r, k in enumerate(st.row_job):
             s_r, w = float(sigma[r]), st.row_cost[r]
