@@ -307,6 +307,33 @@ def test_calming_swaps_a_devil_with_a_turtle_when_no_host_on_has_room() -> None:
     assert score(inst, got, w, limits).F < score(inst, start, w, limits).F
 
 
+def test_calming_prices_a_sent_turtle_by_where_its_neighbours_are() -> None:
+    # As above, but h1's turtles talk only to p, in another rack: sending one from h1 to
+    # h0 (same rack) changes no link of theirs. Priced as if all their traffic crossed
+    # racks, the swap looked dearer than switching h2 on, and calming took h2.
+    hosts = [host(f"h{i}", cores=8, domains=1) for i in range(3)]
+    hosts.append(host("h3", "r2", cores=4, domains=1))  # full with p
+    flows = [{"src": f"t{i}", "dst": "p", "bytes_per_s": 1e6} for i in range(2)]
+    jobs = [
+        {"name": "A", "containers": [container(f"a{i}", 4, mpki=15) for i in range(2)]},
+        {
+            "name": "T",
+            "containers": [container(f"t{i}", 4) for i in range(2)] + [container("p", 4)],
+            "traffic": flows,
+        },
+    ]
+    inst = instance(hosts, jobs)
+    start = (0, 0, 1, 1, 3)
+    w = Weights(1, 10, 10)
+    limits = bounds(inst)
+    got = calming.improve(inst, w, limits, start, deadline=time.monotonic() + 5)
+    assert got is not None and violations(inst, got) == []
+    assert evaluate(inst, got).D == 0
+    assert 2 not in got  # h2 stays off: one swap
+    assert evaluate(inst, got).C == evaluate(inst, start).C
+    assert evaluate(inst, got).P == evaluate(inst, start).P
+
+
 def test_fathom_packs_the_cheapest_racks_first() -> None:
     # Rack r1 (listed first) holds dear 16-core hosts, r2 cheap 64-core ones: a core of a
     # full host costs 11.4 W on r1 and 8.2 W on r2, so the packed schedule powers one r2
