@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -12,6 +15,18 @@ from clavis.model import Cluster, Placement, Workload
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
+SOLVER_BENCH = ROOT / "bench" / "solver"
+
+
+def bench_module(name: str) -> ModuleType:
+    """A script of bench/solver loaded as a module (they are scripts, not a package),
+    registered under its name: dataclasses and the scripts' own imports look it up there."""
+    spec = importlib.util.spec_from_file_location(name, SOLVER_BENCH / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def host(

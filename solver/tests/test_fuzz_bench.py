@@ -2,32 +2,20 @@
 
 from __future__ import annotations
 
-import importlib.util
 import random
 import sys
 from dataclasses import asdict
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
-
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "solver"
-
-
-def _module(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
+from conftest import bench_module
 
 
 @pytest.fixture(scope="module")
 def fuzz() -> ModuleType:
-    _module("realistic_bench")  # fuzz_bench imports it by name
-    return _module("fuzz_bench")
+    bench_module("realistic_bench")  # fuzz_bench imports it by name
+    return bench_module("fuzz_bench")
 
 
 def test_draws_are_valid_and_cover_zero_weights_and_repacks(fuzz: ModuleType) -> None:

@@ -2,27 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
+from conftest import bench_module
 
 from clavis.documents import load_cluster, load_workload
-
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "solver" / "realistic_bench.py"
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("realistic_bench", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["realistic_bench"] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("realistic_bench")
 
 
 def _run(bench: ModuleType, method: str, limit: float, f: float | None, **kw: Any) -> Any:
