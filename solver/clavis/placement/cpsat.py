@@ -538,8 +538,12 @@ def _host_search(
     emptied = consolidate(inst, best[0], k=k, deadline=time.monotonic() + left * EMPTYING_SHARE)
     best = _better(inst, weights, limits, best, emptied, watch=watch)
     left = options.time_limit * HOST_SEARCH_END_SHARE - watch.elapsed
-    now, window = time.monotonic(), max(0.0, left) * CALM_AGAIN_SHARE
-    calmed = calming.improve(inst, weights, limits, best[0], deadline=now + window * CALM_AGAIN_END)
+    now, window = time.monotonic(), left * CALM_AGAIN_SHARE
+    calmed = None
+    if left >= MIN_HOST_SEARCH_SECONDS:  # a 10 s repack has none left here
+        calmed = calming.improve(
+            inst, weights, limits, best[0], deadline=now + window * CALM_AGAIN_END
+        )
     if calmed is not None:
         calmed = exchange(inst, calmed, k=k, deadline=now + window)
         best = _better(inst, weights, limits, best, calmed, watch=watch)
