@@ -92,8 +92,8 @@ class _Prices:
     switching it on. The C prices read where the neighbours are: priced as if all of a
     container's flows crossed racks, a turtle that talks to other racks only looked as dear
     to send back as one whose job-mates all share its host, and calming switched hosts on
-    rather than swap (1,024-host repacks at 60 s, side by side: seed 2 F 0.3546 -> 0.3511,
-    seed 1 0.3216 -> 0.3221, the others within 0.001)."""
+    rather than swap (1,024-host repacks, side by side: seed 2 F 0.3550 -> 0.3512 at 60 s,
+    0.3616 -> 0.3523 at 10 s; the others within 0.001)."""
 
     stays: list[float]
     leave_host: list[float]

@@ -491,10 +491,10 @@ def _host_search(
     gathered; then rings and grids are dealt anew over their places (relayout.py).
     ``between`` runs after them and a short turn of emptying hosts (a repack's pool
     bound: the exchanges gain most in the least time, the host search little). Then jobs
-    are regrouped into racks and lightly loaded hosts emptied (consolidate.py); what
-    ``between`` returned, a placement rounded from that pool, is then regrouped,
-    gathered and exchanged in a window of its own and kept if it ends better
-    (_second_start).
+    are regrouped into racks, lightly loaded hosts emptied (consolidate.py) and lagging
+    jobs calmed again (calming.py, then the exchanges); what ``between`` returned, a
+    placement rounded from that pool, is then regrouped, gathered and exchanged in a
+    window of its own and kept if it ends better (_second_start).
     ``other``, a second start, is gathered too in what time the first leaves of
     gathering's share, and the better of the two goes on: which start
     ends better is not always the one that starts better (the pool rounding keeps jobs
