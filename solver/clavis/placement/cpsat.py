@@ -538,16 +538,14 @@ def _host_search(
     emptied = consolidate(inst, best[0], k=k, deadline=time.monotonic() + left * EMPTYING_SHARE)
     best = _better(inst, weights, limits, best, emptied, watch=watch)
     left = options.time_limit * HOST_SEARCH_END_SHARE - watch.elapsed
-    now, window = time.monotonic(), left * CALM_AGAIN_SHARE
-    calmed = None
     if left >= MIN_HOST_SEARCH_SECONDS:  # a 10 s repack has none left here
-        calmed = calming.improve(
-            inst, weights, limits, best[0], deadline=now + window * CALM_AGAIN_END
-        )
-    if calmed is not None:
-        calmed = exchange(inst, calmed, k=k, deadline=now + window)
-        best = _better(inst, weights, limits, best, calmed, watch=watch)
-    left = options.time_limit * HOST_SEARCH_END_SHARE - watch.elapsed
+        now, window = time.monotonic(), left * CALM_AGAIN_SHARE
+        until = now + window * CALM_AGAIN_END
+        calmed = calming.improve(inst, weights, limits, best[0], deadline=until)
+        if calmed is not None:
+            calmed = exchange(inst, calmed, k=k, deadline=now + window)
+            best = _better(inst, weights, limits, best, calmed, watch=watch)
+        left = options.time_limit * HOST_SEARCH_END_SHARE - watch.elapsed
     if rounded is not None and not violations(inst, rounded):
         # After the first start's own steps: in a 10 s repack little is left, and taking
         # it before them cost seed 1 0.0009 of F where the rounding does not win.
