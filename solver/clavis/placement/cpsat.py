@@ -653,6 +653,16 @@ def _pool_bound(
     return floor, rounded
 
 
+def relaxation_bound(inst: Instance, weights: Weights, seconds: float) -> float:
+    """The bound a solve has where CP-SAT's own proves nothing (the per-host model from
+    64 hosts up): lower.py's relaxations and the pool bound with its repack rows, the
+    pool given ``seconds``. bench/solver/bound_bench.py sets it beside proven optima."""
+    limits = bounds(inst)
+    floor = lower.lower_bound(inst, weights, limits).F
+    options = SolveOptions(time_limit=seconds / POOL_BOUND_SHARE)
+    return _pool_bound(inst, weights, options, limits=limits, floor=floor)[0]
+
+
 def _pool_placements(
     inst: Instance,
     weights: Weights,
