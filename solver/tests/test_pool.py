@@ -720,3 +720,24 @@ def _without_and_with(
         problems.append(pb)
         got.append(answer.bound)
     return problems, got
+
+
+def test_the_master_draws_at_least_the_power_floor() -> None:
+    # An 8-host repack (bench_bound's realistic-8-32-s9-cur, 10,5,9,5) whose fractional
+    # master ran its work on fewer watts than any placement draws: P's term 0.036 below
+    # lower.power_floor's and the bound 0.1151 for the optimum's 0.1668.
+    cluster, workload, current = generate(
+        RealisticSpec(hosts=8, seed=9, containers=32, current=True)
+    ).models()
+    inst = build_instance(cluster, workload, current)
+    w = Weights(10, 5, 9, 5)
+    limits = bounds(inst)
+    pb = pool.prepare(inst, w, limits)
+    assert pb is not None and pb.watts_floor > 0
+    got = pool.solve(pb, time.monotonic() + 30)
+    parts = pool.terms(pb, got)
+    assert got.converged and parts is not None
+    (k_p, _k_d, _k_c, _k_m), _offset = limits.linear(w)
+    floor = k_p * (max(lower.power_floor(inst), limits.lo.P) - limits.lo.P)
+    assert floor - 1e-9 <= parts.P, (parts.P, floor)
+    assert got.bound > 0.13, got.bound  # 0.1406 with the row

@@ -69,7 +69,7 @@ from clavis.objectives import Bounds, Objectives, Weights, is_contended
 from clavis.placement import tradeoff
 from clavis.placement.capacity import capacity_floor
 from clavis.placement.landing import landing_rows
-from clavis.placement.lower import _capacities, calm_crossing, traffic_floor_by_job
+from clavis.placement.lower import _capacities, calm_crossing, power_floor, traffic_floor_by_job
 
 # Cost of an uncovered container in the restricted master: F spans about 1, so no
 # container is worth more. The Lagrangian bound stays valid whatever it is.
@@ -82,7 +82,8 @@ TURTLES = -1  # the rounding's key for a host template's turtle cores
 # A knapsack item: (value, cores, copies, group, rank of the resident in its host's
 # keep list, or -1 for copies that are not residents).
 Item = tuple[float, int, int, int, int]
-# Cover pi, straggler lambda, resident mu (per unit) and nu (per host and unit).
+# Cover pi, straggler lambda, resident mu (per unit) and nu (per host and unit), the
+# Stay block's alpha, beta and sigma, and the power floor row's delta (one value).
 Duals = tuple[np.ndarray, ...]
 Ranked = tuple[tuple[int, ...], ...]  # per group: a host's residents in keep's order
 STAY_SHARE = 0.95  # of the C between residents that Stay rows hold
@@ -211,6 +212,9 @@ class PoolProblem:
     host_rows: tuple[tuple[tuple[int, int], ...], ...] = ()
     stay: Stay | None = None
     k_c: float = 0.0
+    # The least weighted watts above every host's empty ones that any placement draws
+    # (lower.power_floor): the master's hosts are fractional and may draw less.
+    watts_floor: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -233,6 +237,7 @@ class PoolAnswer:
     converged: bool
     y: tuple[float, ...] = ()  # the last master's straggler shares, per unit
     traffic: float = 0.0  # the last master's C of the Stay jobs, weighted
+    short: float = 0.0  # the last master's watts short of the power floor, weighted
 
 
 def prepare(
@@ -338,6 +343,10 @@ def prepare(
     constant = offset + sum(floors.as_tuple()) + penalties
     lo = limits.lo
     lows = Objectives(k_p * lo.P, k_d * lo.D, k_c * lo.C, k_m * lo.M)
+    # On small clusters a fractional master runs a fraction of a host: 8-host repacks
+    # whose P sat 0.036-0.073 of F below what any placement draws (bound_bench.py).
+    empty = sum(h.empty_w for h in inst.hosts)
+    watts_floor = k_p * max(0.0, max(power_floor(inst), lo.P) - empty) if k_p > 0 else 0.0
     host_rows, row = [], 0
     for ht in types:
         here = sorted({u for of_group in ht.units for u in of_group if u >= 0})
@@ -356,6 +365,7 @@ def prepare(
         tuple(host_rows),
         rows,
         k_c,
+        watts_floor,
     )
 
 
@@ -645,9 +655,11 @@ def _price(pb: PoolProblem, t: int, duals: Duals) -> list[tuple[float, PoolColum
     """Columns of host type t with their reduced costs: the best contended pattern, the
     best calm one, and the best calm ones around a single devil of a few groups. A
     resident devil kept on a contended pattern is also charged its own job's dual."""
-    pi, lam, mu, nu, _alpha, _beta, sigma = duals
+    pi, lam, mu, nu, _alpha, _beta, sigma, delta = duals
     charges = _stay_charges(pb, t, sigma)
     ht = pb.types[t]
+    # The power floor row's dual pays back delta of every weighted watt a pattern draws.
+    k_p = pb.k_p * (1.0 - float(delta[0]))
     cap, tol = ht.cores, ht.tolerance
     turtles: list[Item] = []
     calm: list[Item] = []
@@ -656,7 +668,7 @@ def _price(pb: PoolProblem, t: int, duals: Duals) -> list[tuple[float, PoolColum
     for gi, g in enumerate(pb.groups):
         if g.cores > cap:
             continue
-        v = float(pi[gi]) - pb.k_p * ht.slope * g.cores
+        v = float(pi[gi]) - k_p * ht.slope * g.cores
         items = _copies(ht, gi, g.cores, v, len(g.members), charges=charges[gi] if charges else ())
         if not items:
             continue
@@ -690,7 +702,7 @@ def _price(pb: PoolProblem, t: int, duals: Duals) -> list[tuple[float, PoolColum
     for value, counts, kept, is_calm in picks:
         if any(counts):
             col = _column(pb, t, counts, kept, calm=is_calm)
-            out.append((pb.k_p * ht.switch_on - value, col))
+            out.append((k_p * ht.switch_on - value, col))
     return out
 
 
@@ -757,6 +769,12 @@ def _column(
     watts = pb.k_p * (ht.switch_on + ht.slope * busy)
     residents = tuple(sorted(kept))
     return PoolColumn(t, tuple(counts), calm, watts - ht.kept(residents), residents)
+
+
+def _watts(pb: PoolProblem, col: PoolColumn) -> float:
+    """The weighted watts above empty a column's host draws (its cost before what its
+    kept residents save)."""
+    return col.cost + pb.types[col.host_type].kept(col.kept)
 
 
 def _stay_bytes(pb: PoolProblem, col: PoolColumn) -> dict[int, float]:
@@ -849,6 +867,14 @@ class _Master:
             objective.SetCoefficient(slack, BIG)
             self.cover[gi].SetCoefficient(slack, 1.0)
         self._stay_rows(pb.stay)
+        # The power floor row comes only once a master draws less (add_power_row): at
+        # 1,024 hosts it never binds, and present from the start it made a master settle
+        # in 7.2 s instead of 0.8 s. Its slack is made here, before any column.
+        self.power: pywraplp.Constraint | None = None
+        self.short = lp.NumVar(0.0, inf, "") if pb.watts_floor > NEGLIGIBLE else None
+        if self.short is not None:
+            objective.SetCoefficient(self.short, 1.0)
+        self.watts: list[float] = []  # per column: its weighted watts above empty
         self.objective = objective
         self.columns: list[PoolColumn] = []
         self.x: list[pywraplp.Variable] = []
@@ -923,8 +949,30 @@ class _Master:
                 self.host_row[r].SetCoefficient(var, 1.0)
         for r, b in _stay_bytes(self.pb, col).items():
             self.stay_row[r].SetCoefficient(var, -b)
+        self.watts.append(_watts(self.pb, col))
+        if self.power is not None:
+            self.power.SetCoefficient(var, self.watts[-1])
         self.columns.append(col)
         self.x.append(var)
+
+    def short_of_power(self, got: _Solved) -> bool:
+        """Whether the answer's hosts draw less than any placement does (fractional
+        hosts, on small clusters) and the row that forbids it is not there yet."""
+        if self.short is None or self.power is not None:
+            return False
+        drawn = float(np.dot(got.x, self.watts[: len(got.x)]))
+        return drawn < self.pb.watts_floor * (1 - 1e-9)
+
+    def add_power_row(self) -> None:
+        """The columns' watts at least the floor; watts short of it cost what drawing them
+        would (1 on F's scale), so P is at least the floor and the row's dual stays within
+        [0, 1]: pricing never pays a pattern for its switch-on watts, and an empty host
+        stays the best pattern of none."""
+        assert self.short is not None
+        self.power = self.lp.Constraint(self.pb.watts_floor, self.lp.infinity())
+        self.power.SetCoefficient(self.short, 1.0)
+        for var, watts in zip(self.x, self.watts, strict=True):
+            self.power.SetCoefficient(var, watts)
 
     def solve(self, deadline: float) -> _Solved | None:
         """The master's answer (read in one call: adding a column invalidates it); None
@@ -949,10 +997,13 @@ class _Master:
         alpha = _duals_of(duals, self.calm_row)  # >= rows: their duals are >= 0
         beta = _duals_of(duals, self.link_row)
         sigma = _duals_of(duals, self.stay_row)
+        delta = _duals_of(duals, [self.power]) if self.power is not None else np.zeros(1)
+        delta = np.minimum(delta, 1.0)  # its slack's cost caps it (up to GLOP's tolerance)
         sent = values[nj + ng : nj + ng + len(self.sent)]
-        # variables: y, slacks, each Stay job's C, each row's z, each mover v, then columns
+        # variables: y, slacks, each Stay job's C, each row's z, each mover v, the power
+        # row's slack, then columns
         links = len(self.pb.stay.row_job) if self.pb.stay is not None else 0
-        first = nj + ng + len(self.sent) + links + len(self.moved)
+        first = nj + ng + len(self.sent) + links + len(self.moved) + (self.short is not None)
         return _Solved(
             self.objective.Value(),
             duals[:ng].copy(),
@@ -966,6 +1017,8 @@ class _Master:
             beta,
             sigma,
             float(np.sum(sent)),
+            delta,
+            float(values[first - 1]) if self.short is not None else 0.0,
         )
 
 
@@ -987,10 +1040,14 @@ class _Solved:
     beta: np.ndarray  # per Stay job: its link row's dual, >= 0
     sigma: np.ndarray  # per Stay row: its dual, >= 0
     traffic: float  # the Stay jobs' C, weighted
+    delta: np.ndarray  # the power floor row's dual, >= 0 (one value; 0 without the row)
+    short: float  # weighted watts short of the floor, paid as if drawn
 
     @property
     def duals(self) -> Duals:
-        return self.pi, self.lam, self.mu, self.nu, self.alpha, self.beta, self.sigma
+        return (
+            self.pi, self.lam, self.mu, self.nu, self.alpha, self.beta, self.sigma, self.delta
+        )  # fmt: skip
 
 
 def _lagrangian(
@@ -1000,10 +1057,11 @@ def _lagrangian(
     resident rows relaxed; the host counts per type and y in [0, 1] kept, or y as
     ``fixed``), given each type's least reduced cost of a pattern without its count
     dual."""
-    pi, lam, mu, nu, alpha, beta, sigma = duals
+    pi, lam, mu, nu, alpha, beta, sigma, delta = duals
     if np.any(pi > BIG + EPS):  # an uncovered container would pay off: no bound
         return -math.inf
     value = float(np.dot(pi, [len(g.members) for g in pb.groups]))
+    value += float(delta[0]) * pb.watts_floor
     value += sum(len(ht.hosts) * min(0.0, rc) for ht, rc in zip(pb.types, best_rc, strict=True))
     rows = np.zeros(len(pb.units))
     for here in pb.host_rows:
@@ -1070,6 +1128,7 @@ def _enters(pb: PoolProblem, col: PoolColumn, last: _Solved | None) -> bool:
         rc += sum(float(last.mu[ui]) * n for ui, n in units.items())
         rc += sum(float(last.nu[r]) for ui, r in pb.host_rows[col.host_type] if ui in units)
     rc += sum(float(last.sigma[r]) * b for r, b in _stay_bytes(pb, col).items())
+    rc -= float(last.delta[0]) * _watts(pb, col)
     return rc < -EPS
 
 
@@ -1112,6 +1171,9 @@ def solve(
         rounds += 1
         if master.columns:
             got = master.solve(deadline)
+            if got is not None and master.short_of_power(got):
+                master.add_power_row()
+                got = master.solve(deadline)
             if got is None:
                 break
             last = got
@@ -1120,7 +1182,7 @@ def solve(
             rows = sum(len(here) for here in pb.host_rows)
             jobs = len(pb.stay.jobs) if pb.stay else 0
             stays = pb.stay.rows if pb.stay else 0
-            sizes = (len(pb.groups), len(pb.units), rows, jobs, jobs, stays)
+            sizes = (len(pb.groups), len(pb.units), rows, jobs, jobs, stays, 1)
             out = (np.full(len(pb.groups), BIG), *(np.zeros(n) for n in sizes))
         else:
             out = last.duals
@@ -1171,6 +1233,7 @@ def solve(
         converged,
         tuple(float(v) for v in last.y),
         last.traffic,
+        last.short,
     )
 
 
@@ -1225,7 +1288,7 @@ def terms(pb: PoolProblem, answer: PoolAnswer) -> Objectives | None:
     calm_traffic = sum((1 - y) * u.spared for u, y in shares)
     f, lo = pb.floors, pb.lows
     return Objectives(
-        P=f.P + watts - lo.P,
+        P=f.P + watts + answer.short - lo.P,
         D=lagging - lo.D,
         C=f.C + calm_traffic + answer.traffic - lo.C,
         M=f.M - kept - lo.M,
