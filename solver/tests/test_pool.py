@@ -642,16 +642,21 @@ def test_repack_bounds_with_trade_rows_never_exceed_the_enumerated_optimum() -> 
     assert checked > 150 and traded > 20 and tighter > 10, (checked, traded, tighter)
 
 
+def _realistic_repack(*, hosts: int, seed: int) -> tuple[Instance, Bounds]:
+    """A realistic snapshot of four containers per host, with its current placement."""
+    cluster, workload, current = generate(
+        RealisticSpec(hosts=hosts, seed=seed, containers=4 * hosts, current=True)
+    ).models()
+    inst = build_instance(cluster, workload, current)
+    return inst, bounds(inst)
+
+
 def test_trade_rows_prove_what_a_split_stencil_must_move() -> None:
     # 32 hosts, one rack, a repack whose 3x4 stencil sits on five hosts: the relaxation
     # moved a share of it and took C at its floor; placed alone the job must move whole
     # rows, which CP-SAT proves (measured: 0.1545 -> 0.1763; the answer is 0.2090).
-    cluster, workload, current = generate(
-        RealisticSpec(hosts=32, seed=5, containers=128, current=True)
-    ).models()
-    inst = build_instance(cluster, workload, current)
+    inst, limits = _realistic_repack(hosts=32, seed=5)
     w = Weights(2, 2, 5, 7)
-    limits = bounds(inst)
     plain = pool.prepare(inst, w, limits)
     traded = pool.prepare(inst, w, limits, trade_until=time.monotonic() + 20)
     assert plain is not None and traded is not None and traded.stay is not None
@@ -726,12 +731,8 @@ def test_the_master_draws_at_least_the_power_floor() -> None:
     # An 8-host repack (bench_bound's realistic-8-32-s9-cur, 10,5,9,5) whose fractional
     # master ran its work on fewer watts than any placement draws: P's term 0.036 below
     # lower.power_floor's and the bound 0.1151 for the optimum's 0.1668.
-    cluster, workload, current = generate(
-        RealisticSpec(hosts=8, seed=9, containers=32, current=True)
-    ).models()
-    inst = build_instance(cluster, workload, current)
+    inst, limits = _realistic_repack(hosts=8, seed=9)
     w = Weights(10, 5, 9, 5)
-    limits = bounds(inst)
     pb = pool.prepare(inst, w, limits)
     assert pb is not None and pb.watts_floor > 0
     got = pool.solve(pb, time.monotonic() + 30)
