@@ -692,10 +692,13 @@ def _pool_placements(
     relaxed = pool.prepare(plan, weights, limits, stay=False)
     if relaxed is None:
         return floor, hint, start, None
-    # Six groups at most: it settles in a few rounds at any size.
-    answer = pool.solve(relaxed, deadline)
+    # Six groups at most: it settles in a few rounds at any size. Rounded without the
+    # power floor row; where the row joins (small clusters), the bound comes again with it.
+    answer = pool.solve(relaxed, deadline, power=False)
     if plan is inst:
         floor = max(floor, answer.bound)
+        if relaxed.watts_floor > 0:
+            floor = max(floor, pool.solve(relaxed, deadline, start=answer.columns).bound)
     elif beat is not None and not (
         math.isfinite(answer.bound) and answer.bound + weights.M * ROUNDING_MOVED < beat
     ):
@@ -707,10 +710,10 @@ def _pool_placements(
     if drained or (relaxed.stay is not None and relaxed.stay.shared >= 0):
         placing = pool.prepare(plan, weights, limits, up_only=drained, capacity=False)
         if placing is not None:
-            answer = pool.solve(placing, deadline)
+            answer = pool.solve(placing, deadline, power=False)
     if placing is None:
         return floor, hint, start, None
-    dived = pool.dive(placing, answer, deadline)
+    dived = pool.dive(placing, answer, deadline, power=False)
     if plan is inst and not placing.restricted and dived is not answer:
         floor = max(floor, dived.bound)  # the lower of its two branches: a bound
     answer = dived
@@ -801,7 +804,7 @@ def _roundings(
     again = pool.prepare(view, weights, limits, up_only=True)
     if again is None:
         return
-    second = pool.round_by_jobs(view, again, pool.solve(again, deadline), deadline)
+    second = pool.round_by_jobs(view, again, pool.solve(again, deadline, power=False), deadline)
     if second is not None:
         yield second
 

@@ -1151,11 +1151,15 @@ def solve(
     deadline: float,
     start: tuple[PoolColumn, ...] = (),
     fixed: dict[int, float] | None = None,
+    *,
+    power: bool = True,
 ) -> PoolAnswer:
     """Column generation until no pattern prices out or the deadline (time.monotonic),
     from the ``start`` columns if any (another answer's of the same instance: the
     patterns are the same, only the rows differ); ``fixed``: straggler shares held at a
-    value (per unit), as a branch of the master does (dive)."""
+    value (per unit), as a branch of the master does (dive); ``power=False`` keeps the
+    power floor row out, for rounding: a 32-host repack rounded from a master with it
+    started at F 0.384 instead of 0.345."""
     master = _Master(pb, fixed)
     seen: set[tuple[int, tuple[int, ...], bool, tuple[tuple[int, int], ...]]] = set()
     for col in start:
@@ -1171,7 +1175,7 @@ def solve(
         rounds += 1
         if master.columns:
             got = master.solve(deadline)
-            if got is not None and master.short_of_power(got):
+            if power and got is not None and master.short_of_power(got):
                 master.add_power_row()
                 got = master.solve(deadline)
             if got is None:
@@ -1241,7 +1245,7 @@ def solve(
 DIVE_WHOLE = 0.05
 
 
-def dive(pb: PoolProblem, answer: PoolAnswer, deadline: float) -> PoolAnswer:
+def dive(pb: PoolProblem, answer: PoolAnswer, deadline: float, *, power: bool = True) -> PoolAnswer:
     """The master with its least settled job settled, for rounding: the job whose
     straggler shares are furthest from whole (weighted by the D at stake) is held calm
     (every share 0) and lagging (every share 1), each branch solved from the answer's
@@ -1263,7 +1267,7 @@ def dive(pb: PoolProblem, answer: PoolAnswer, deadline: float) -> PoolAnswer:
     units = [ui for ui, unit in enumerate(pb.units) if unit.job == job]
     branches: list[tuple[float, PoolAnswer]] = []
     for value in (0.0, 1.0):
-        got = solve(pb, deadline, answer.columns, dict.fromkeys(units, value))
+        got = solve(pb, deadline, answer.columns, dict.fromkeys(units, value), power=power)
         if got.lp is None or not math.isfinite(got.bound):
             return answer
         branches.append((got.lp, got))
