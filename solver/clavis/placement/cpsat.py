@@ -656,11 +656,19 @@ def _pool_bound(
 def relaxation_bound(inst: Instance, weights: Weights, seconds: float) -> float:
     """The bound a solve has where CP-SAT's own proves nothing (the per-host model from
     64 hosts up): lower.py's relaxations and the pool bound with its repack rows, the
-    pool given ``seconds``. bench/solver/bound_bench.py sets it beside proven optima."""
+    pool given ``seconds``, and without a weighted current placement the master dived
+    once, as _pool_placements does. bench/solver/bound_bench.py sets it beside proven
+    optima."""
     limits = bounds(inst)
     floor = lower.lower_bound(inst, weights, limits).F
+    deadline = time.monotonic() + seconds
     options = SolveOptions(time_limit=seconds / POOL_BOUND_SHARE)
-    return _pool_bound(inst, weights, options, limits=limits, floor=floor)[0]
+    floor = _pool_bound(inst, weights, options, limits=limits, floor=floor)[0]
+    relaxed = pool.prepare(inst, weights, limits, stay=False)
+    if relaxed is None or (inst.has_current and weights.M > 0):
+        return floor
+    answer = pool.solve(relaxed, deadline)
+    return max(floor, answer.bound, pool.dive(relaxed, answer, deadline).bound)
 
 
 def _pool_placements(
