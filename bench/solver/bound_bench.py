@@ -5,10 +5,10 @@ bounds alone: lower.py's and the pool bound (its repack rows included); CP-SAT's
 bound on the per-host model is about 0 from 64 hosts up (docs/objectives.md, "How the
 solver proves a bound"). Nothing there says how far below the optimum those bounds
 are. Here the optimum is known: small realistic snapshots (8 hosts with and without a
-current placement, 12 hosts with one; four containers per host) are solved to proven
-optimality by `plain` (the per-host CP-SAT model, whole; its CP-SAT turn has half the
-limit, as cpsat's has), and the same relaxation bounds
-are then computed on them in-process, given more time than they need to settle.
+current placement, 12 hosts with one, in one rack and in two racks of 6; four containers
+per host) are solved to proven optimality by `plain` (the per-host CP-SAT model, whole;
+its CP-SAT turn has half the limit, as cpsat's has), and the same relaxation bounds are
+then computed on them in-process, given more time than they need to settle.
 
 Per instance: the optimum F*, the relaxation bound B, and B's gap to the optimum,
 (F* - B) / F*: the least proven gap any search could report on that instance while the
@@ -18,6 +18,7 @@ over F* (how good the answer is) and its own proven gap.
     python bench/solver/bound_bench.py            # about 40 minutes (make bench-bound)
     python bench/solver/bound_bench.py --render   # the docs section from stored runs
     python bench/solver/bound_bench.py --rebound  # bounds and cpsat again, optima kept
+    python bench/solver/bound_bench.py --resume   # only the cases not stored yet
 """
 
 from __future__ import annotations
@@ -40,13 +41,20 @@ from clavis.documents import load_cluster, load_placement, load_workload
 from clavis.instance import build_instance
 from clavis.objectives import Weights
 from clavis.placement.cpsat import relaxation_bound
+from clavis.realistic import RealisticSpec, generate
 
 ROOT = Path(__file__).resolve().parents[2]
 # Sizes `plain` proves optimal here in seconds to minutes (8 hosts: 15-60 s; 12 hosts: two
 # seeds of four in 400 s); at 32 hosts it proved nothing in 900 s (its bound stayed at
 # 0.016 for F 0.31: the per-host model's own relaxation). Seeds other than the main
-# bench's 1-9 at 8 hosts; repacks only at 12.
-CASES = ((8, tuple(range(10, 18)), (True, False)), (12, (10, 11, 12, 13), (True,)))
+# bench's 1-9 at 8 hosts; repacks only at 12, in one rack and in two racks of 6 hosts
+# (TWO_RACKS), where crossing racks costs what it does at 1,024 hosts.
+TWO_RACKS = "two-racks"
+CASES = (
+    (8, tuple(range(10, 18)), (True, False), ""),
+    (12, (10, 11, 12, 13), (True,), ""),
+    (12, (10, 11, 12, 13), (True,), TWO_RACKS),
+)
 PROVE_SECONDS = 300.0
 BOUND_SECONDS = 30.0  # the pool settles in well under a second at these sizes
 
@@ -62,6 +70,7 @@ class Case:
     relaxation: float  # lower.py and the pool bound, in-process
     relaxation_seconds: float
     cpsat: Run  # cpsat at 10 s
+    variant: str = ""  # TWO_RACKS, or "" for clavis.realistic's racks
 
     @property
     def optimum(self) -> float | None:
@@ -82,13 +91,23 @@ class Case:
 
 
 def shapes(quick: bool) -> list[Shape]:
-    cases = ((8, (10, 11), (True, False)),) if quick else CASES
+    cases = ((8, (10, 11), (True, False), ""),) if quick else CASES
     return [
-        Shape("realistic", hosts, 4 * hosts, seed, cur)
-        for hosts, seeds, currents in cases
+        Shape("realistic", hosts, 4 * hosts, seed, cur, variant)
+        for hosts, seeds, currents, variant in cases
         for cur in currents
         for seed in seeds
     ]
+
+
+def write(shape: Shape, where: Path) -> dict[str, Path]:
+    """The instance's files: realistic_bench's, or with racks of 6 hosts (TWO_RACKS)."""
+    if shape.variant != TWO_RACKS:
+        return write_instance(shape, where)
+    where.mkdir(parents=True, exist_ok=True)
+    spec = RealisticSpec(hosts=shape.hosts, seed=shape.seed, containers=shape.containers,
+                         current=shape.current, rack_hosts=(6, 6))  # fmt: skip
+    return {p.stem: p for p in generate(spec).write(where)}
 
 
 def relax(files: dict[str, Path], weights: list[int]) -> tuple[float, float]:
@@ -104,7 +123,7 @@ def measure(shape: Shape, tmp: Path, prove_seconds: float) -> Case | str:
     """The case, or why the generator drew no snapshot for it (a small cluster's arrivals
     can leave no host with room for a container: clavis.realistic refuses)."""
     try:
-        files = write_instance(shape, tmp / shape.key)
+        files = write(shape, tmp / shape.key)
     except ValueError as e:
         return str(e)
     weights = weights_for(shape, 1)
@@ -115,7 +134,8 @@ def measure(shape: Shape, tmp: Path, prove_seconds: float) -> Case | str:
                     memory_cap_mib=8192)  # fmt: skip
     return Case(instance=shape.key, hosts=shape.hosts, containers=shape.containers,
                 current=shape.current, weights=weights, exact=exact, relaxation=bound,
-                relaxation_seconds=round(seconds, 3), cpsat=quick)  # fmt: skip
+                relaxation_seconds=round(seconds, 3), cpsat=quick,
+                variant=shape.variant)  # fmt: skip
 
 
 def rebound(out: Path) -> int:
@@ -128,8 +148,9 @@ def rebound(out: Path) -> int:
     with tempfile.TemporaryDirectory(prefix="clavis-bound-") as tmpdir:
         tmp = Path(tmpdir)
         for i, case in enumerate(cases):
-            shape = Shape("realistic", case.hosts, case.containers, _seed(case), case.current)
-            files = write_instance(shape, tmp / shape.key)
+            shape = Shape("realistic", case.hosts, case.containers, _seed(case), case.current,
+                          case.variant)  # fmt: skip
+            files = write(shape, tmp / shape.key)
             bound, seconds = relax(files, case.weights)
             quick = run_one(shape, files, weights=case.weights, method="cpsat", limit=10.0,
                             tmp=tmp, memory_cap_mib=8192)  # fmt: skip
@@ -193,7 +214,8 @@ def markdown(
         "`bench/results/bound.json`.",
         "",
         "Small realistic snapshots (`clavis.realistic`, four containers per host, weights as "
-        "in the main bench) solved to proven optimality by `plain` (the whole per-host "
+        f"in the main bench; `{TWO_RACKS}`: 12 hosts in racks of 6, where crossing racks costs "
+        "what it does at 1,024 hosts) solved to proven optimality by `plain` (the whole per-host "
         f"CP-SAT model, limit {PROVE_SECONDS:g} s, of which its CP-SAT turn has half), then "
         "the bound cpsat proves at 1,024 hosts, where CP-SAT's own is "
         "about 0: lower.py's relaxations and the pool bound with its repack rows "
@@ -262,6 +284,8 @@ def main() -> int:
     ap.add_argument("--md", default=str(ROOT / "docs/benchmarks.md"))
     ap.add_argument("--no-md", action="store_true", help="do not touch docs/benchmarks.md")
     ap.add_argument("--render", action="store_true", help="re-render the docs section from --out")
+    ap.add_argument("--resume", action="store_true",
+                    help="keep the stored cases, run only the missing ones")  # fmt: skip
     ap.add_argument("--rebound", action="store_true",
                     help="bounds and cpsat again on the stored cases, optima kept")  # fmt: skip
     args = ap.parse_args()
@@ -276,8 +300,13 @@ def main() -> int:
     cases: list[Case] = []
     skipped: dict[str, str] = {}
     start = time.monotonic()
+    if args.resume:
+        stored = json.loads(out.read_text())
+        cases, skipped = load(out), stored["skipped"]
+        info, start = stored["machine"], start - stored["elapsed_s"]
+    measured = {c.instance for c in cases} | set(skipped)
     with tempfile.TemporaryDirectory(prefix="clavis-bound-") as tmpdir:
-        for shape in shapes(args.quick):
+        for shape in (s for s in shapes(args.quick) if s.key not in measured):
             case = measure(shape, Path(tmpdir), args.prove_seconds)
             if isinstance(case, str):
                 skipped[shape.key] = case
