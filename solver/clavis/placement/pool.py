@@ -867,8 +867,8 @@ class _Master:
             objective.SetCoefficient(slack, BIG)
             self.cover[gi].SetCoefficient(slack, 1.0)
         self._stay_rows(pb.stay)
-        # The power floor row comes only once a master draws less (add_power_row): at
-        # 1,024 hosts it never binds, and present from the start it made a master settle
+        # The power floor row comes only once a master settles below it (add_power_row):
+        # at 1,024 hosts none does, and present from the start it made a master settle
         # in 7.2 s instead of 0.8 s. Its slack is made here, before any column.
         self.power: pywraplp.Constraint | None = None
         self.short = lp.NumVar(0.0, inf, "") if pb.watts_floor > NEGLIGIBLE else None
@@ -1175,9 +1175,6 @@ def solve(
         rounds += 1
         if master.columns:
             got = master.solve(deadline)
-            if power and got is not None and master.short_of_power(got):
-                master.add_power_row()
-                got = master.solve(deadline)
             if got is None:
                 break
             last = got
@@ -1217,6 +1214,12 @@ def solve(
                 break
         if whole:
             if added == 0:
+                # Settled below what any placement draws: the power floor row joins, and
+                # pricing goes on. Checked only here: early masters, short of columns,
+                # drew less on 1,024-host repacks, and the row then slowed them.
+                if power and last is not None and master.short_of_power(last):
+                    master.add_power_row()
+                    continue
                 converged = True
                 break
             full = False
