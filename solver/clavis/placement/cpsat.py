@@ -657,15 +657,17 @@ def relaxation_bound(inst: Instance, weights: Weights, seconds: float) -> float:
     """The bound a solve has where CP-SAT's own proves nothing (the per-host model from
     64 hosts up): lower.py's relaxations and the pool bound with its repack rows, the
     pool given ``seconds``, and without a weighted current placement the master dived
-    once, as _pool_placements does. bench/solver/bound_bench.py sets it beside proven
-    optima."""
+    once, as _pool_placements does (there without the power floor row, which only raises
+    a branch's bound). bench/solver/bound_bench.py sets it beside proven optima."""
     limits = bounds(inst)
     floor = lower.lower_bound(inst, weights, limits).F
+    if inst.has_current and weights.M > 0:
+        options = SolveOptions(time_limit=seconds / POOL_BOUND_SHARE)
+        return _pool_bound(inst, weights, options, limits=limits, floor=floor)[0]
+    # Without residents to keep, _pool_bound is this relaxed master alone.
     deadline = time.monotonic() + seconds
-    options = SolveOptions(time_limit=seconds / POOL_BOUND_SHARE)
-    floor = _pool_bound(inst, weights, options, limits=limits, floor=floor)[0]
     relaxed = pool.prepare(inst, weights, limits, stay=False)
-    if relaxed is None or (inst.has_current and weights.M > 0):
+    if relaxed is None:
         return floor
     answer = pool.solve(relaxed, deadline)
     return max(floor, answer.bound, pool.dive(relaxed, answer, deadline).bound)
@@ -705,7 +707,7 @@ def _pool_placements(
     answer = pool.solve(relaxed, deadline, power=False)
     if plan is inst:
         floor = max(floor, answer.bound)
-        if relaxed.watts_floor > 0:
+        if pool.below_power_floor(relaxed, answer):
             floor = max(floor, pool.solve(relaxed, deadline, start=answer.columns).bound)
     elif beat is not None and not (
         math.isfinite(answer.bound) and answer.bound + weights.M * ROUNDING_MOVED < beat

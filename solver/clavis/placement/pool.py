@@ -777,6 +777,19 @@ def _watts(pb: PoolProblem, col: PoolColumn) -> float:
     return col.cost + pb.types[col.host_type].kept(col.kept)
 
 
+def _below_power_floor(pb: PoolProblem, drawn: float) -> bool:
+    """Whether a master drawing ``drawn`` weighted watts above empty draws less than any
+    placement does (fractional hosts, on small clusters)."""
+    return drawn < pb.watts_floor * (1 - 1e-9)
+
+
+def below_power_floor(pb: PoolProblem, answer: PoolAnswer) -> bool:
+    """Whether an answer solved without the power floor row (``solve(power=False)``)
+    draws less than any placement does, so that solving with the row may prove more."""
+    drawn = sum(x * _watts(pb, col) for col, x in zip(answer.columns, answer.x, strict=True))
+    return pb.watts_floor > NEGLIGIBLE and _below_power_floor(pb, drawn)
+
+
 def _stay_bytes(pb: PoolProblem, col: PoolColumn) -> dict[int, float]:
     """Per Stay row, what the residents the column keeps send there (C, weighted); sums
     that cancel to nearly 0 (a mover row's own and neighbours' terms) are left out, as
@@ -960,8 +973,7 @@ class _Master:
         hosts, on small clusters) and the row that forbids it is not there yet."""
         if self.short is None or self.power is not None:
             return False
-        drawn = float(np.dot(got.x, self.watts[: len(got.x)]))
-        return drawn < self.pb.watts_floor * (1 - 1e-9)
+        return _below_power_floor(self.pb, float(np.dot(got.x, self.watts[: len(got.x)])))
 
     def add_power_row(self) -> None:
         """The columns' watts at least the floor; watts short of it cost what drawing them
@@ -1287,9 +1299,8 @@ def terms(pb: PoolProblem, answer: PoolAnswer) -> Objectives | None:
         return None
     watts = kept = 0.0
     for col, x in zip(answer.columns, answer.x, strict=True):
-        here = pb.types[col.host_type].kept(col.kept)
-        watts += x * (col.cost + here)
-        kept += x * here
+        watts += x * _watts(pb, col)
+        kept += x * pb.types[col.host_type].kept(col.kept)
     shares = list(zip(pb.units, answer.y, strict=True))
     lagging = sum(y * (u.cost + u.spared) for u, y in shares)
     calm_traffic = sum((1 - y) * u.spared for u, y in shares)
