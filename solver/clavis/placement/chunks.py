@@ -171,9 +171,12 @@ def _most_pairs(shape: shapes.Shape, k: int) -> int:
     return shapes.lattice_most(k, len(shape.sides))
 
 
-def prepare(inst: Instance, weights: Weights, limits: Bounds) -> ChunkProblem | None:
+def prepare(
+    inst: Instance, weights: Weights, limits: Bounds, *, most_work: int | None = None
+) -> ChunkProblem | None:
     """The chunk problem of an instance; None where it does not apply (a weighted
-    current placement, no traffic weighted or none sent, nothing can run)."""
+    current placement, no traffic weighted or none sent, nothing can run) or, with
+    ``most_work``, where its groups times host types exceed it."""
     (k_p, k_d, k_c, k_m), offset = limits.linear(weights)
     if k_c <= 0 or (k_m > 0 and inst.has_current) or not (inst.flows or inst.uniform):
         return None
@@ -192,20 +195,19 @@ def prepare(inst: Instance, weights: Weights, limits: Bounds) -> ChunkProblem | 
     for t, (_, hs) in enumerate(ordered):
         for hi in hs:
             type_of[hi] = t
-    floor = traffic_floor_by_job(inst)
-    parts = traffic_floor_parts(inst)
-    crossing = calm_crossing(inst) if k_d > 0 else {}
-    talking = set(floor)
-    for comp in components(inst):
-        talking.add(comp.job)
-    for u in inst.uniform:
-        talking.add(inst.containers[u.members[0]].job)
+    talking = {inst.containers[f.a].job for f in inst.flows}
+    talking |= {inst.containers[u.members[0]].job for u in inst.uniform}
     per: dict[tuple[int, int, bool], int] = Counter()
     for c in inst.containers:
         silent = c.job not in talking and not c.devil
         per[(-1 if silent else c.job, c.cores, c.devil)] += 1
+    if most_work is not None and len(per) * len(types) > most_work:
+        return None  # before the floors: they are the costly part
     keys = sorted(per)
     groups = tuple(ChunkGroup(j, size, devil, per[(j, size, devil)]) for j, size, devil in keys)
+    floor = traffic_floor_by_job(inst)
+    parts = traffic_floor_parts(inst)
+    crossing = calm_crossing(inst) if k_d > 0 else {}
     most = max(t.cores for t in types) // min(c.cores for c in inst.containers)
     inside = chunk_inside(inst, most)
     sent: dict[int, float] = defaultdict(float)

@@ -674,8 +674,8 @@ def _chunk_bound(
     """The floor raised by the chunk bound (chunks.py) where it applies and its pace lets
     it settle in CHUNK_SHARE of the budget (or ``seconds``), seeded with the start's
     hosts."""
-    pb = chunks.prepare(inst, weights, limits)
-    if pb is None or len(pb.groups) * len(pb.types) > CHUNK_MOST:
+    pb = chunks.prepare(inst, weights, limits, most_work=CHUNK_MOST)
+    if pb is None:
         return floor
     window = options.time_limit * CHUNK_SHARE if seconds is None else seconds
     got = chunks.solve(pb, time.monotonic() + window, inst=inst, start=start, paced=True)
