@@ -39,7 +39,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 
 import numpy as np
-from ortools.linear_solver import linear_solver_pb2, pywraplp
+from ortools.linear_solver import pywraplp
 
 from clavis.instance import Assignment, Instance
 from clavis.objectives import Bounds, Weights
@@ -53,6 +53,7 @@ from clavis.placement.lower import (
     traffic_floor_by_job,
     traffic_floor_parts,
 )
+from clavis.placement.pool import master_lp, solve_master
 
 BIG = 10.0  # an uncovered container's cost (F spans about 1), as in pool.py
 NEG = -1e18
@@ -471,11 +472,7 @@ def _price(
 
 class _Master:
     def __init__(self, pb: ChunkProblem) -> None:
-        lp = pywraplp.Solver.CreateSolver("GLOP")
-        if lp is None:
-            raise RuntimeError("OR-Tools was built without GLOP")
-        if not lp.SetSolverSpecificParametersAsString("use_preprocessing: false"):
-            raise RuntimeError("GLOP refused its parameters")
+        lp = master_lp()
         self.pb, self.lp = pb, lp
         inf = lp.infinity()
         objective = lp.Objective()
@@ -548,11 +545,9 @@ class _Master:
         return True
 
     def solve(self, deadline: float) -> tuple[float, _Duals] | None:
-        self.lp.SetTimeLimit(max(1, int((deadline - time.monotonic()) * 1000)))
-        if self.lp.Solve() != pywraplp.Solver.OPTIMAL:
+        response = solve_master(self.lp, deadline)
+        if response is None:
             return None
-        response = linear_solver_pb2.MPSolutionResponse()
-        self.lp.FillSolutionResponseProto(response)
         d = np.asarray(response.dual_value)
         pb = self.pb
         n = len(pb.jobs)

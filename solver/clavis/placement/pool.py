@@ -831,6 +831,33 @@ def _resident_units(pb: PoolProblem, col: PoolColumn) -> Counter[int]:
 # --- the restricted master -------------------------------------------------------------
 
 
+def master_lp() -> pywraplp.Solver:
+    """An empty GLOP model for a restricted master that grows by columns and re-solves
+    from its last basis (here and in chunks.py)."""
+    lp = pywraplp.Solver.CreateSolver("GLOP")
+    if lp is None:
+        raise RuntimeError("OR-Tools was built without GLOP")
+    # Presolve on every warm solve costs more than it saves: two 1,024-host repack
+    # masters (seeds 1 and 3) settled in 5.8 and 7.4 s without it, 6.5 and 10.9 s
+    # with it, to the same bounds.
+    if not lp.SetSolverSpecificParametersAsString("use_preprocessing: false"):
+        raise RuntimeError("GLOP refused its parameters")
+    return lp
+
+
+def solve_master(
+    lp: pywraplp.Solver, deadline: float
+) -> linear_solver_pb2.MPSolutionResponse | None:
+    """The master's answer, read in one call (adding a column invalidates it); None if
+    GLOP did not finish by the deadline."""
+    lp.SetTimeLimit(max(1, int((deadline - time.monotonic()) * 1000)))
+    if lp.Solve() != pywraplp.Solver.OPTIMAL:
+        return None
+    response = linear_solver_pb2.MPSolutionResponse()
+    lp.FillSolutionResponseProto(response)
+    return response
+
+
 class _Master:
     """The restricted master LP, kept in one GLOP model that grows by columns and
     re-solves from its last basis: columns, the straggler shares y and an uncovered slack
@@ -842,14 +869,7 @@ class _Master:
 
     def __init__(self, pb: PoolProblem, fixed: dict[int, float] | None = None) -> None:
         self.pb = pb
-        lp = pywraplp.Solver.CreateSolver("GLOP")
-        if lp is None:
-            raise RuntimeError("OR-Tools was built without GLOP")
-        # Presolve on every warm solve costs more than it saves: two 1,024-host repack
-        # masters (seeds 1 and 3) settled in 5.8 and 7.4 s without it, 6.5 and 10.9 s
-        # with it, to the same bounds.
-        if not lp.SetSolverSpecificParametersAsString("use_preprocessing: false"):
-            raise RuntimeError("GLOP refused its parameters")
+        lp = master_lp()
         self.lp = lp
         inf = lp.infinity()
         self.cover = [lp.Constraint(len(g.members), len(g.members)) for g in pb.groups]
@@ -989,11 +1009,9 @@ class _Master:
     def solve(self, deadline: float) -> _Solved | None:
         """The master's answer (read in one call: adding a column invalidates it); None
         if GLOP did not finish by the deadline."""
-        self.lp.SetTimeLimit(max(1, int((deadline - time.monotonic()) * 1000)))
-        if self.lp.Solve() != pywraplp.Solver.OPTIMAL:
+        response = solve_master(self.lp, deadline)
+        if response is None:
             return None
-        response = linear_solver_pb2.MPSolutionResponse()
-        self.lp.FillSolutionResponseProto(response)
         values = np.asarray(response.variable_value)
         duals = np.asarray(response.dual_value)
         ng, nt, nj = len(self.pb.groups), len(self.pb.types), len(self.y)
