@@ -209,13 +209,8 @@ def prepare(
     floor = traffic_floor_by_job(inst)
     parts = traffic_floor_parts(inst)
     crossing = calm_crossing(inst) if k_d > 0 else {}
-    most = max(t.cores for t in types) // min(c.cores for c in inst.containers)
-    inside = chunk_inside(inst, most)
-    sent: dict[int, float] = defaultdict(float)
-    for comp in components(inst):
-        sent[comp.job] += sum(comp.weights)
-    for u in inst.uniform:
-        sent[inst.containers[u.members[0]].job] += u.bytes_per_s * u.pairs
+    cap = max(t.cores for t in types)
+    inside = chunk_inside(inst, cap // min(c.cores for c in inst.containers))
     per_host = host_cost(inst)
     by_job: dict[int, list[int]] = defaultdict(list)
     for gi, g in enumerate(groups):
@@ -231,7 +226,6 @@ def prepare(
         rack = parts.get(job, (0.0, 0.0))[1]
         # A job with too many choices on a host is priced group by group (_choices),
         # which cannot credit its chunks: it has no chunk row.
-        cap = max(t.cores for t in types)
         ways = math.prod(min(groups[gi].count, cap // groups[gi].cores) + 1 for gi in gis)
         chunk = inside.get(job) if talks and ways <= MOST_CHOICES else None
         jobs.append(
@@ -242,7 +236,7 @@ def prepare(
                 k_d * devil_cores,
                 talks,
                 k_c * floor.get(job, 0.0),
-                k_c * (per_host * sent.get(job, 0.0) + rack),
+                k_c * (per_host * inst.job_traffic[job] + rack),
                 k_c * crossing.get(job, 0.0) if devils else 0.0,
                 None if chunk is None else k_c * per_host * chunk,
             )
@@ -268,7 +262,6 @@ class _Choices:
     devils: np.ndarray
     devil_cores: np.ndarray
     size: np.ndarray
-    chunked: bool  # False: too many choices, the job is priced group by group
 
 
 def _choices(pb: ChunkProblem, item: ChunkJob, cap: int) -> list[_Choices]:
@@ -285,14 +278,14 @@ def _choices(pb: ChunkProblem, item: ChunkJob, cap: int) -> list[_Choices]:
     is_devil = np.asarray([g.devil for g in gs], dtype=np.int64)
     devils = counts @ is_devil
     devil_cores = counts @ (is_devil * np.asarray([g.cores for g in gs]))
-    return [_Choices(item.groups, counts, cores, devils, devil_cores, counts.sum(axis=1), True)]
+    return [_Choices(item.groups, counts, cores, devils, devil_cores, counts.sum(axis=1))]
 
 
 def _one_group(pb: ChunkProblem, gi: int, cap: int) -> _Choices:
     g = pb.groups[gi]
     n = np.arange(0, min(g.count, cap // g.cores) + 1, dtype=np.int64)
     devils = n if g.devil else np.zeros_like(n)
-    return _Choices((gi,), n[:, None], n * g.cores, devils, devils * g.cores, n, False)
+    return _Choices((gi,), n[:, None], n * g.cores, devils, devils * g.cores, n)
 
 
 def _combos(ranges: list[range], sizes: list[int], cap: int) -> list[tuple[int, ...]]:
@@ -396,7 +389,7 @@ class _Duals:
 def _values(pb: ChunkProblem, ii: int, ch: _Choices, du: _Duals, contended: bool) -> np.ndarray:
     item = pb.jobs[ii]
     value: np.ndarray = ch.counts @ du.cover[list(ch.groups)]
-    if ch.chunked and item.inside is not None and du.chunk[ii] > 0:
+    if item.inside is not None and du.chunk[ii] > 0:  # never a job split by group
         value = value + du.chunk[ii] * item.inside[ch.size]
     if contended:
         value = value - du.lag[ii] * ch.devils
@@ -544,7 +537,8 @@ class _Master:
                 self.lag[ii].SetCoefficient(var, -float(n))
         return True
 
-    def solve(self, deadline: float) -> tuple[float, _Duals] | None:
+    def solve(self, deadline: float) -> _Duals | None:
+        """The master's duals, clipped to their signs; None if GLOP did not finish."""
         response = solve_master(self.lp, deadline)
         if response is None:
             return None
@@ -560,7 +554,7 @@ class _Master:
             calm[ii] = min(1.0, max(0.0, d[row.index()]))
         over = chunk + calm
         scale = np.where(over > 1.0, 1.0 / np.maximum(over, EPS), 1.0)
-        duals = _Duals(
+        return _Duals(
             np.minimum(0.0, d[[row.index() for row in self.count]]),
             np.clip(d[[row.index() for row in self.cover]], 0.0, BIG),
             lag,
@@ -568,7 +562,6 @@ class _Master:
             calm * scale,
             0.0 if self.power is None else min(1.0, max(0.0, d[self.power.index()])),
         )
-        return response.objective_value + pb.constant, duals
 
 
 def _lagrangian(pb: ChunkProblem, du: _Duals, least: list[float]) -> float:
@@ -664,10 +657,9 @@ def solve(
     best, rounds, converged = -math.inf, 0, False
     center: _Duals | None = None
     while rounds < MAX_ROUNDS and time.monotonic() < deadline:
-        got = master.solve(deadline)
-        if got is None:
+        du = master.solve(deadline)
+        if du is None:
             break
-        _value, du = got
         for alpha in (SMOOTHING, 0.0) if center is not None else (0.0,):
             at = du if alpha == 0.0 or center is None else _mix(center, du, alpha)
             least, added = [], 0

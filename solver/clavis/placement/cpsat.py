@@ -665,20 +665,17 @@ def _chunk_bound(
     inst: Instance,
     weights: Weights,
     limits: Bounds,
-    options: SolveOptions,
     *,
     floor: float,
     start: Assignment | None,
-    seconds: float | None = None,
+    seconds: float,
 ) -> float:
     """The floor raised by the chunk bound (chunks.py) where it applies and its pace lets
-    it settle in CHUNK_SHARE of the budget (or ``seconds``), seeded with the start's
-    hosts."""
+    it settle in ``seconds``, seeded with the start's hosts."""
     pb = chunks.prepare(inst, weights, limits, most_work=CHUNK_MOST)
     if pb is None:
         return floor
-    window = options.time_limit * CHUNK_SHARE if seconds is None else seconds
-    got = chunks.solve(pb, time.monotonic() + window, inst=inst, start=start, paced=True)
+    got = chunks.solve(pb, time.monotonic() + seconds, inst=inst, start=start, paced=True)
     return max(floor, got.bound)
 
 
@@ -704,8 +701,7 @@ def relaxation_bound(inst: Instance, weights: Weights, seconds: float) -> float:
     left = deadline - time.monotonic()
     if left <= 0:
         return floor
-    options = SolveOptions(time_limit=left)
-    return _chunk_bound(inst, weights, limits, options, floor=floor, start=None, seconds=left)
+    return _chunk_bound(inst, weights, limits, floor=floor, start=None, seconds=left)
 
 
 def _pool_placements(
@@ -952,7 +948,8 @@ def solve(
         floor, hint, start, other = _pool_placements(
             inst, weights, options, limits=limits, floor=floor, hint=hint, start=start, watch=watch
         )
-        floor = _chunk_bound(inst, weights, limits, options, floor=floor, start=hint)
+        window = options.time_limit * CHUNK_SHARE
+        floor = _chunk_bound(inst, weights, limits, floor=floor, start=hint, seconds=window)
         if start is not None:
             watch.offer(start.F, floor)
     elif symmetric and not options.deterministic and not deferred:
