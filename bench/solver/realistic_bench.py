@@ -613,12 +613,19 @@ def c_alone_lines(runs: list[Run], alone: list[Run], split: dict[str, dict[str, 
 
 
 def compare(
-    rev: str, tmp: Path, *, seed: int, limit: float, memory_cap_mib: float, varied: bool = False
+    rev: str,
+    tmp: Path,
+    *,
+    seed: int,
+    limit: float,
+    memory_cap_mib: float,
+    varied: bool = False,
+    hosts: frozenset[int] = frozenset({1024}),
 ) -> list[Run]:
-    """cpsat on the realistic 1,024-host instances (``varied``: on variety(), at 10 s)
-    with the solver of ``rev`` and with this checkout's, one after the other on each
-    instance and limit (same machine, same moment): the before and after of a change.
-    ``rev``'s runs are named ``instance@rev``."""
+    """cpsat on the realistic instances of these host counts (``varied``: on variety(),
+    at 10 s) with the solver of ``rev`` and with this checkout's, one after the other on
+    each instance and limit (same machine, same moment): the before and after of a
+    change. ``rev``'s runs are named ``instance@rev``."""
     tree = tmp / "baseline"
     subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), rev],
                    check=True, capture_output=True)  # fmt: skip
@@ -626,7 +633,7 @@ def compare(
     try:
         shapes = [(v, [("cpsat", limit or 10.0)]) for v in variety()] if varied else plan(False)
         for shape, todo in shapes:
-            if shape.family != "realistic" or (shape.hosts != 1024 and not varied):
+            if shape.family != "realistic" or (shape.hosts not in hosts and not varied):
                 continue
             files = write_instance(shape, tmp / shape.key)
             weights = weights_for(shape, seed)
@@ -651,6 +658,7 @@ def render_comparison(out: Path, md: Path) -> int:
     stored = json.loads(out.read_text())
     rev, head = stored["baseline"], stored["head"]
     varied = bool(stored["config"].get("variety"))
+    sizes = stored["config"].get("hosts", [1024])
     what = {v.key: VARIANTS[v.variant][0] for v in variety()}
     runs = [Run(**r) for r in stored["runs"]]
     before = {(r.instance.split("@")[0], r.limit): r for r in runs if "@" in r.instance}
@@ -669,9 +677,9 @@ def render_comparison(out: Path, md: Path) -> int:
         "each instance of `variety()` (clusters shaped unlike the main bench's: fuller, "
         "quieter, other racks, noisier power; seeds and weights the solver was not tuned on)"
         if varied
-        else "each realistic 1,024-host instance"
+        else f"each realistic instance of {' and '.join(f'{h:,}' for h in sizes)} hosts"
     )
-    flag = " --variety" if varied else ""
+    flag = " --variety" if varied else _hosts_flag(sizes)
     section = "\n".join([
         f"Before and after, side by side (`python bench/solver/realistic_bench.py --baseline "
         f"{rev}{flag}`): cpsat on {which} with the solver of {rev}, then "
@@ -683,9 +691,19 @@ def render_comparison(out: Path, md: Path) -> int:
         "|---|---|---|---|---|---|---|---|---|",
         *rows,
     ])  # fmt: skip
-    write_section(md, "realistic-variety" if varied else "realistic-baseline", section)
+    write_section(md, "realistic-variety" if varied else _baseline_name(sizes), section)
     print(section)
     return 0
+
+
+def _baseline_name(sizes: list[int]) -> str:
+    """The results' and docs section's name of a side-by-side run at these host counts:
+    the 1,024-host one keeps its own."""
+    return "realistic-baseline" + ("" if sizes == [1024] else "-" + "-".join(map(str, sizes)))
+
+
+def _hosts_flag(sizes: list[int]) -> str:
+    return "" if sizes == [1024] else " --hosts " + ",".join(map(str, sizes))
 
 
 def render(out: Path, md: Path) -> int:
@@ -710,7 +728,9 @@ def main() -> int:
     ap.add_argument("--out", help="results JSON (default bench/results/realistic[-quick].json)")
     ap.add_argument("--md", default=str(ROOT / "docs/benchmarks.md"))
     ap.add_argument("--no-md", action="store_true", help="do not touch docs/benchmarks.md")
-    ap.add_argument("--hosts", default="", help="only the instances of these host counts (1024,..)")
+    ap.add_argument("--hosts", default="",
+                    help="only the instances of these host counts (1024,..); with --baseline, "
+                         "the host counts compared (default 1024)")  # fmt: skip
     ap.add_argument("--limit", type=float, default=0.0, help="every run at this limit (trials)")
     ap.add_argument("--memory-cap-gib", type=float, default=10.0,
                     help="kill a run whose RSS passes this (the machine is shared)")  # fmt: skip
@@ -726,9 +746,11 @@ def main() -> int:
     if args.variety and not args.baseline:
         print("bench: --variety compares two solvers: give --baseline REV", file=sys.stderr)
         return 2
+    hosts = sorted({int(h) for h in args.hosts.split(",") if h})
     name = "realistic-quick.json" if args.quick else "realistic.json"
     if args.baseline:
-        name = "realistic-variety.json" if args.variety else "realistic-baseline.json"
+        base = _baseline_name(hosts or [1024])
+        name = "realistic-variety.json" if args.variety else f"{base}.json"
     out = Path(args.out) if args.out else ROOT / "bench/results" / name
     if args.render:
         return (render_comparison if args.baseline else render)(out, Path(args.md))
@@ -739,10 +761,11 @@ def main() -> int:
         with tempfile.TemporaryDirectory(prefix="clavis-baseline-") as tmpdir:
             pairs = compare(args.baseline, Path(tmpdir), seed=args.seed, limit=args.limit,
                             memory_cap_mib=args.memory_cap_gib * 1024,
-                            varied=args.variety)  # fmt: skip
+                            varied=args.variety,
+                            hosts=frozenset(hosts or [1024]))  # fmt: skip
         write_json(out, {"machine": machine(), "baseline": args.baseline, "head": head,
                          "config": {"out_name": str(out.relative_to(ROOT)),
-                                    "variety": args.variety},
+                                    "variety": args.variety, "hosts": hosts or [1024]},
                          "elapsed_s": time.monotonic() - start,
                          "runs": [asdict(r) for r in pairs]})  # fmt: skip
         return 0 if args.no_md else render_comparison(out, Path(args.md))
@@ -753,7 +776,6 @@ def main() -> int:
         stored["c_alone"] = [asdict(r) for r in alone]
         write_json(out, stored)
         return 0 if args.no_md else render(out, Path(args.md))
-    hosts = {int(h) for h in args.hosts.split(",") if h}
     if (hosts or args.limit) and not (args.no_md and args.out):
         print("bench: --hosts and --limit are for trials: give --no-md and --out", file=sys.stderr)
         return 2

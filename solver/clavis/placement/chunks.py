@@ -25,14 +25,20 @@ group go on the host, by dynamic programming over cores, once over calm patterns
 state tracks the devils: none, one container, or several within the tolerance) and once
 over all patterns with every devil charged as contended.
 
-Only without a weighted current placement (repacks have pool.py's Stay rows, and every
-host with residents would be a host type of its own here): the solve seeds the master
-with the patterns of its best placement and takes the larger of this bound and the
-pool's.
+In a repack (M weighted) every usable host with residents is a host type of its own, as
+in pool.py: its patterns keep, of each group they count, the residents of that group
+whose moving would cost most, as many as the count allows, and what they save comes off
+the pattern's cost (M starts as every resident moved). A drained host runs its
+residents only. Every host being its own type, pricing costs a DP per host: cpsat runs
+it only where groups times types stay small (up to a few hundred hosts).
+
+The solve seeds the master with the patterns of its best placement and takes the larger
+of this bound and the pool's.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections import Counter, defaultdict
@@ -77,6 +83,10 @@ class ChunkType:
     switch_on: float  # weighted (k_p) watts of switching one on
     slope: float  # weighted watts per busy core
     hosts: int  # how many
+    # A host with residents (a repack): per group with residents here, the weighted
+    # bytes that keeping its heaviest k of them saves, for k = 0..their count.
+    keep: tuple[tuple[int, tuple[float, ...]], ...] = ()
+    residents_only: bool = False  # drained: it runs its residents and nothing else
 
 
 @dataclass(frozen=True)
@@ -125,6 +135,7 @@ class ChunkColumn:
     counts: tuple[tuple[int, int], ...]  # (group, count), groups in order
     cost: float  # weighted watts above empty
     contended: bool
+    kept: float = 0.0  # weighted bytes its residents save by staying (M)
 
 
 @dataclass(frozen=True)
@@ -175,36 +186,45 @@ def _most_pairs(shape: shapes.Shape, k: int) -> int:
 def prepare(
     inst: Instance, weights: Weights, limits: Bounds, *, most_work: int | None = None
 ) -> ChunkProblem | None:
-    """The chunk problem of an instance; None where it does not apply (a weighted
-    current placement, no traffic weighted or none sent, nothing can run) or, with
-    ``most_work``, where its groups times host types exceed it."""
+    """The chunk problem of an instance; None where it does not apply (no traffic
+    weighted or none sent, nothing can run) or, with ``most_work``, where its groups
+    times host types exceed it."""
     (k_p, k_d, k_c, k_m), offset = limits.linear(weights)
-    if k_c <= 0 or (k_m > 0 and inst.has_current) or not (inst.flows or inst.uniform):
+    if k_c <= 0 or not (inst.flows or inst.uniform):
         return None
     usable = _capacities(inst)
     if not inst.containers or not usable:
         return None
-    kinds: dict[tuple[int, int, float, float], list[int]] = defaultdict(list)
-    for hi, cap in usable:
-        h = inst.hosts[hi]
-        kinds[(cap, min(h.devil_tolerance, cap), h.idle_w - h.empty_w, h.slope_w)].append(hi)
-    ordered = sorted(kinds.items())
-    types = tuple(
-        ChunkType(cap, tol, k_p * on, k_p * slope, len(hs)) for (cap, tol, on, slope), hs in ordered
-    )
-    type_of = [-1] * len(inst.hosts)
-    for t, (_, hs) in enumerate(ordered):
-        for hi in hs:
-            type_of[hi] = t
     talking = {inst.containers[f.a].job for f in inst.flows}
     talking |= {inst.containers[u.members[0]].job for u in inst.uniform}
     per: dict[tuple[int, int, bool], int] = Counter()
     for c in inst.containers:
-        silent = c.job not in talking and not c.devil
-        per[(-1 if silent else c.job, c.cores, c.devil)] += 1
-    if most_work is not None and len(per) * len(types) > most_work:
-        return None  # before the floors: they are the costly part
+        per[_key(c.job, c.cores, c.devil, talking)] += 1
     keys = sorted(per)
+    saved = _savings(inst, {key: gi for gi, key in enumerate(keys)}, talking, k_m)
+    kinds: dict[tuple[int, int, float, float], list[int]] = defaultdict(list)
+    own: list[tuple[int, tuple[int, int, float, float]]] = []
+    for hi, cap in usable:
+        h = inst.hosts[hi]
+        kind = (cap, min(h.devil_tolerance, cap), h.idle_w - h.empty_w, h.slope_w)
+        if hi in saved:
+            own.append((hi, kind))
+        else:
+            kinds[kind].append(hi)
+    if most_work is not None and len(per) * (len(kinds) + len(own)) > most_work:
+        return None  # before the floors: they are the costly part
+    ordered = sorted(kinds.items())
+    types = [
+        ChunkType(cap, tol, k_p * on, k_p * slope, len(hs)) for (cap, tol, on, slope), hs in ordered
+    ]
+    type_of = [-1] * len(inst.hosts)
+    for t, (_, hs) in enumerate(ordered):
+        for hi in hs:
+            type_of[hi] = t
+    for hi, (cap, tol, on, slope) in own:
+        type_of[hi] = len(types)
+        drained = inst.hosts[hi].state != "up"
+        types.append(ChunkType(cap, tol, k_p * on, k_p * slope, 1, saved[hi], drained))
     groups = tuple(ChunkGroup(j, size, devil, per[(j, size, devil)]) for j, size, devil in keys)
     floor = traffic_floor_by_job(inst)
     parts = traffic_floor_parts(inst)
@@ -243,9 +263,42 @@ def prepare(
         )
     empty = sum(h.empty_w for h in inst.hosts)
     watts_floor = k_p * max(0.0, max(power_floor(inst), limits.lo.P) - empty)
-    return ChunkProblem(
-        types, groups, tuple(jobs), offset + k_p * empty, tuple(type_of), watts_floor
+    moved = k_m * sum(  # M if every resident moves: what the patterns keep comes off it
+        c.memory_bytes
+        for c, cur in zip(inst.containers, inst.current, strict=True)
+        if cur is not None
     )
+    constant = offset + k_p * empty + moved
+    return ChunkProblem(tuple(types), groups, tuple(jobs), constant, tuple(type_of), watts_floor)
+
+
+def _key(job: int, cores: int, devil: bool, talking: set[int]) -> tuple[int, int, bool]:
+    """A container's group: its job's of its size and class, or every silent turtle's of
+    its size."""
+    return (-1 if job not in talking and not devil else job, cores, devil)
+
+
+def _savings(
+    inst: Instance, group_of: dict[tuple[int, int, bool], int], talking: set[int], k_m: float
+) -> dict[int, tuple[tuple[int, tuple[float, ...]], ...]]:
+    """Per usable host with residents (M weighted): per group with residents there, the
+    weighted bytes its heaviest k residents save by staying, for k = 0..their count."""
+    if k_m <= 0 or not inst.has_current:
+        return {}
+    usable = {hi for hi, _ in _capacities(inst)}
+    per: dict[int, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for c, cur in zip(inst.containers, inst.current, strict=True):
+        if cur is not None and cur in usable:
+            per[cur][group_of[_key(c.job, c.cores, c.devil, talking)]].append(k_m * c.memory_bytes)
+    return {
+        hi: tuple((gi, _heaviest_first(ms)) for gi, ms in sorted(groups.items()))
+        for hi, groups in per.items()
+    }
+
+
+def _heaviest_first(values: list[float]) -> tuple[float, ...]:
+    """The sums of the k largest values, for k = 0..len(values)."""
+    return (0.0, *itertools.accumulate(sorted(values, reverse=True)))
 
 
 # --- pricing ------------------------------------------------------------------------
@@ -354,6 +407,48 @@ class _States:
         return np.where(b == 0, z, out)
 
 
+@dataclass(frozen=True)
+class _Pricing:
+    """What pricing one host type reads: its kind's tables (alike for every host of its
+    cores and tolerance) and, on a host with residents, per table what each choice's
+    residents save by staying (None where the table's job has none here; NEG where a
+    drained host may not run the choice)."""
+
+    states: _States
+    tables: list[_Table]
+    saved: list[np.ndarray | None]
+
+
+def _pricing(
+    pb: ChunkProblem, t: int, shared: dict[tuple[int, int], tuple[_States, list[_Table]]]
+) -> _Pricing:
+    ht = pb.types[t]
+    key = (ht.cores, ht.tolerance)
+    if key not in shared:
+        shared[key] = _tables(pb, t)
+    states, tables = shared[key]
+    if not ht.keep:
+        return _Pricing(states, tables, [None] * len(tables))
+    keep = dict(ht.keep)
+    kept_tables, saved = [], []
+    for tb in tables:
+        ch = tb.choices
+        value = np.zeros(len(ch.cores))
+        allowed = np.ones(len(ch.cores), dtype=bool)
+        for col, gi in enumerate(ch.groups):
+            cum = np.asarray(keep.get(gi, (0.0,)))
+            n = ch.counts[:, col]
+            value = value + cum[np.minimum(n, len(cum) - 1)]
+            allowed &= n <= len(cum) - 1
+        if ht.residents_only:
+            if not any(gi in keep for gi in ch.groups):
+                continue  # nothing of this job's may land on a drained host
+            value = np.where(allowed, value, NEG)
+        kept_tables.append(tb)
+        saved.append(value if any(gi in keep for gi in ch.groups) else None)
+    return _Pricing(states, kept_tables, saved)
+
+
 def _tables(pb: ChunkProblem, t: int) -> tuple[_States, list[_Table]]:
     cap = pb.types[t].cores
     states = _States(tuple(sorted({g.cores for g in pb.groups if g.devil})), pb.types[t].tolerance)
@@ -397,22 +492,24 @@ def _values(pb: ChunkProblem, ii: int, ch: _Choices, du: _Duals, contended: bool
 
 
 def _price(
-    pb: ChunkProblem, t: int, tables: tuple[_States, list[_Table]], du: _Duals, contended: bool
+    pb: ChunkProblem, t: int, pricing: _Pricing, du: _Duals, contended: bool
 ) -> tuple[float, ChunkColumn | None]:
     """The least reduced cost of a pattern of type t (without the type's count dual) and
     the pattern; calm patterns only, or any with every devil charged its lag dual."""
     ht = pb.types[t]
     cap = ht.cores
-    calm, items = tables
+    calm = pricing.states
     paid = 1.0 - du.power  # the power floor row pays back a share of every watt
     states = 1 if contended else calm.count
     dp = np.full((states, cap + 1), NEG)
     dp[0, 0] = 0.0
     trail = []
     every = np.arange(cap + 1)
-    for tb in items:
+    for tb, saved in zip(pricing.tables, pricing.saved, strict=True):
         ch = tb.choices
         value = _values(pb, tb.item, ch, du, contended) - paid * ht.slope * ch.cores
+        if saved is not None:
+            value = value + saved
         new = dp.copy()
         arg = np.full((states, cap + 1), -1, dtype=np.int64)
         pad = np.concatenate([np.full((states, cap + 1), NEG), dp], axis=1)
@@ -431,7 +528,7 @@ def _price(
                 better = got > new[z2]
                 new[z2][better] = got[better]
                 arg[z2][better] = rows[best[better]] * states + zs[best[better]]
-        trail.append((tb, arg))
+        trail.append((tb, saved, arg))
         dp = new
     dp[:, 0] = NEG
     z, c = (int(v) for v in np.unravel_index(int(np.argmax(dp)), dp.shape))
@@ -440,12 +537,15 @@ def _price(
         return 0.0, None
     counts: Counter[int] = Counter()
     devils = devil_cores = 0
-    for tb, arg in reversed(trail):
+    kept = 0.0
+    for tb, saved, arg in reversed(trail):
         code = int(arg[z, c])
         if code < 0:
             continue
         row, z = divmod(code, states)
         ch = tb.choices
+        if saved is not None:
+            kept += float(saved[row])
         c -= int(ch.cores[row])
         devils += int(ch.devils[row])
         devil_cores += int(ch.devil_cores[row])
@@ -456,7 +556,8 @@ def _price(
         raise RuntimeError("chunk pricing: a pattern did not trace back to an empty host")
     used = sum(pb.groups[gi].cores * n for gi, n in counts.items())
     hot = devils >= 2 and devil_cores > ht.tolerance
-    column = ChunkColumn(t, tuple(sorted(counts.items())), ht.switch_on + ht.slope * used, hot)
+    watts = ht.switch_on + ht.slope * used
+    column = ChunkColumn(t, tuple(sorted(counts.items())), watts, hot, kept)
     return paid * ht.switch_on - most, column
 
 
@@ -516,7 +617,7 @@ class _Master:
             return False
         self.seen.add(col)
         var = self.lp.NumVar(0.0, self.lp.infinity(), "")
-        self.objective.SetCoefficient(var, col.cost)
+        self.objective.SetCoefficient(var, col.cost - col.kept)
         self.count[col.host_type].SetCoefficient(var, 1.0)
         if self.power is not None:
             self.power.SetCoefficient(var, col.cost)
@@ -602,15 +703,16 @@ def columns_of(pb: ChunkProblem, inst: Instance, assignment: Assignment) -> list
         devils = sum(n for gi, n in counts.items() if pb.groups[gi].devil)
         dc = sum(n * pb.groups[gi].cores for gi, n in counts.items() if pb.groups[gi].devil)
         hot = devils >= 2 and dc > ht.tolerance
-        out.append(
-            ChunkColumn(t, tuple(sorted(counts.items())), ht.switch_on + ht.slope * used, hot)
-        )
+        keep = dict(ht.keep)
+        kept = sum(keep[gi][min(n, len(keep[gi]) - 1)] for gi, n in counts.items() if gi in keep)
+        watts = ht.switch_on + ht.slope * used
+        out.append(ChunkColumn(t, tuple(sorted(counts.items())), watts, hot, kept))
     return out
 
 
 def _reduced(pb: ChunkProblem, col: ChunkColumn, du: _Duals, item_of: dict[int, int]) -> float:
     """A column's reduced cost at the duals, the type's count dual included."""
-    value = (1.0 - du.power) * col.cost - float(du.count[col.host_type])
+    value = (1.0 - du.power) * col.cost - col.kept - float(du.count[col.host_type])
     per_item: Counter[int] = Counter()
     for gi, n in col.counts:
         value -= du.cover[gi] * n
@@ -652,7 +754,8 @@ def solve(
     if start is not None:
         for col in columns_of(pb, inst, start):
             master.add(col)
-    tables = [_tables(pb, t) for t in range(len(pb.types))]
+    shared: dict[tuple[int, int], tuple[_States, list[_Table]]] = {}
+    tables = [_pricing(pb, t, shared) for t in range(len(pb.types))]
     began = time.monotonic()  # the pace is the rounds', not the tables'
     best, rounds, converged = -math.inf, 0, False
     center: _Duals | None = None
