@@ -201,7 +201,8 @@ def prepare(
     for c in inst.containers:
         per[_key(c.job, c.cores, c.devil, talking)] += 1
     keys = sorted(per)
-    saved = _savings(inst, {key: gi for gi, key in enumerate(keys)}, talking, k_m)
+    group_of = {key: gi for gi, key in enumerate(keys)}
+    saved = _savings(inst, {hi for hi, _ in usable}, group_of, talking, k_m)
     kinds: dict[tuple[int, int, float, float], list[int]] = defaultdict(list)
     own: list[tuple[int, tuple[int, int, float, float]]] = []
     for hi, cap in usable:
@@ -279,13 +280,16 @@ def _key(job: int, cores: int, devil: bool, talking: set[int]) -> tuple[int, int
 
 
 def _savings(
-    inst: Instance, group_of: dict[tuple[int, int, bool], int], talking: set[int], k_m: float
+    inst: Instance,
+    usable: set[int],
+    group_of: dict[tuple[int, int, bool], int],
+    talking: set[int],
+    k_m: float,
 ) -> dict[int, tuple[tuple[int, tuple[float, ...]], ...]]:
     """Per usable host with residents (M weighted): per group with residents there, the
     weighted bytes its heaviest k residents save by staying, for k = 0..their count."""
     if k_m <= 0 or not inst.has_current:
         return {}
-    usable = {hi for hi, _ in _capacities(inst)}
     per: dict[int, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     for c, cur in zip(inst.containers, inst.current, strict=True):
         if cur is not None and cur in usable:
@@ -299,6 +303,13 @@ def _savings(
 def _heaviest_first(values: list[float]) -> tuple[float, ...]:
     """The sums of the k largest values, for k = 0..len(values)."""
     return (0.0, *itertools.accumulate(sorted(values, reverse=True)))
+
+
+def _kept(saving: tuple[float, ...], n: np.ndarray) -> np.ndarray:
+    """What n containers of a group keep on a host whose residents of it save ``saving``
+    (ChunkType.keep): its heaviest min(n, residents)."""
+    out: np.ndarray = np.asarray(saving)[np.minimum(n, len(saving) - 1)]
+    return out
 
 
 # --- pricing ------------------------------------------------------------------------
@@ -430,22 +441,23 @@ def _pricing(
     if not ht.keep:
         return _Pricing(states, tables, [None] * len(tables))
     keep = dict(ht.keep)
-    kept_tables, saved = [], []
+    kept_tables: list[_Table] = []
+    saved: list[np.ndarray | None] = []
     for tb in tables:
         ch = tb.choices
+        if not any(gi in keep for gi in ch.groups):
+            if not ht.residents_only:  # nothing of this job's may land on a drained host
+                kept_tables.append(tb)
+                saved.append(None)
+            continue
         value = np.zeros(len(ch.cores))
         allowed = np.ones(len(ch.cores), dtype=bool)
         for col, gi in enumerate(ch.groups):
-            cum = np.asarray(keep.get(gi, (0.0,)))
-            n = ch.counts[:, col]
-            value = value + cum[np.minimum(n, len(cum) - 1)]
-            allowed &= n <= len(cum) - 1
-        if ht.residents_only:
-            if not any(gi in keep for gi in ch.groups):
-                continue  # nothing of this job's may land on a drained host
-            value = np.where(allowed, value, NEG)
+            saving = keep.get(gi, (0.0,))
+            value = value + _kept(saving, ch.counts[:, col])
+            allowed &= ch.counts[:, col] <= len(saving) - 1
         kept_tables.append(tb)
-        saved.append(value if any(gi in keep for gi in ch.groups) else None)
+        saved.append(np.where(allowed, value, NEG) if ht.residents_only else value)
     return _Pricing(states, kept_tables, saved)
 
 
@@ -704,7 +716,7 @@ def columns_of(pb: ChunkProblem, inst: Instance, assignment: Assignment) -> list
         dc = sum(n * pb.groups[gi].cores for gi, n in counts.items() if pb.groups[gi].devil)
         hot = devils >= 2 and dc > ht.tolerance
         keep = dict(ht.keep)
-        kept = sum(keep[gi][min(n, len(keep[gi]) - 1)] for gi, n in counts.items() if gi in keep)
+        kept = sum(float(_kept(keep[gi], np.asarray(n))) for gi, n in counts.items() if gi in keep)
         watts = ht.switch_on + ht.slope * used
         out.append(ChunkColumn(t, tuple(sorted(counts.items())), watts, hot, kept))
     return out
