@@ -69,6 +69,31 @@ def test_acceptance_reads_the_runs(bench: ModuleType) -> None:
     assert "4/5 runs, **not met**: plain 60 s" in text
 
 
+def test_reference_runs_count_in_the_best_known_only_with_the_same_weights(
+    bench: ModuleType,
+) -> None:
+    runs = [
+        _run(bench, "cpsat", 10, 0.405, bound=0.3, gap=0.26),
+        _run(bench, "cpsat", 60, 0.401, bound=0.35, gap=0.13),
+    ]
+    longer = _run(bench, "cpsat", 600, 0.398, bound=0.36, gap=0.1)
+    other = _run(bench, "cpsat", 600, 0.300, bound=0.39, weights=[2, 1, 1])
+    # Without a reference both answers are within 1% of the best (the 60 s one).
+    assert bench.per_instance(runs)[runs[0].instance] == (0.401, 0.35)
+    assert "in 10 s: 1/1, **met**" in "\n".join(bench.acceptance(runs))
+    # The 600 s run on the same weights lowers the best known F and raises the best
+    # bound; one on other weights is another problem and counts for nothing.
+    best = bench.per_instance(runs, [longer, other])
+    assert best[runs[0].instance] == (0.398, 0.36)
+    assert "in 10 s: 0/1, **not met**" in "\n".join(bench.acceptance(runs, [longer, other]))
+    rows = {(r["method"], r["limit_s"]): r for r in bench.summarise(runs, [longer])}
+    assert rows["cpsat", 60]["within_1pct_of_best"] == "1/1"
+    assert rows["cpsat", 10]["within_1pct_of_best"] == "0/1"
+    # Its table: each answer's excess over the reference's F.
+    row = next(line for line in bench.reference_lines(runs, [longer]) if line.startswith("| r"))
+    assert row == "| realistic-1024-4096-s1-nocur | 600 | 0.3980 | 0.3600 | 10.0% | +1.8% | +0.8% |"
+
+
 def test_gap_by_term_reads_the_best_answer_against_the_bound_split(bench: ModuleType) -> None:
     split = {"realistic-1024-4096-s1-nocur": {"P": 0.1, "D": 0.1, "C": 0.01, "M": 0.0}}
     runs = [
