@@ -39,6 +39,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -55,9 +56,9 @@ from clavis.synthetic import table53_instance
 
 ROOT = Path(__file__).resolve().parents[2]
 SEARCHING = ("cpsat", "plain", "random")
-# The reference runs' limit: ten times the longest run of the plan. The repacks are where a
-# longer search still gains (10 -> 60 s: 0.7-1% of F on 2026-11-28), without a current
-# placement their 10 and 60 s answers agree within 0.05%.
+# The reference runs' limit: ten times the longest 1,024-host run of the plan. The repacks
+# are where a longer search still gains (10 -> 60 s: 0.7-1% of F on 2026-11-28), without a
+# current placement their 10 and 60 s answers agree within 0.05%.
 REFERENCE_LIMIT = 600.0
 REFERENCE = ROOT / "bench/results/realistic-reference.json"
 CONSTRUCTIVE = ("corerr", "noderr")
@@ -610,20 +611,36 @@ def gap_by_term(runs: list[Run], split: dict[str, dict[str, float] | None]) -> l
     ]
 
 
+def _cpsat_on_1024(
+    tmp: Path,
+    *,
+    current: bool,
+    weights: Callable[[Shape], list[int]],
+    limit: float,
+    label: str,
+    memory_cap_mib: float,
+) -> list[Run]:
+    """cpsat on each realistic 1,024-host instance of the plan with or without a current
+    placement, at ``limit`` with ``weights(shape)``."""
+    out = []
+    for shape, _ in plan(False):
+        if shape.family != "realistic" or shape.hosts != 1024 or shape.current != current:
+            continue
+        files = write_instance(shape, tmp / shape.key)
+        r = run_one(shape, files, weights=weights(shape), method="cpsat", limit=limit, tmp=tmp,
+                    memory_cap_mib=memory_cap_mib)  # fmt: skip
+        print(f"{shape.key:40s} {label} {limit:g}s F {r.F} bound {r.bound}", file=sys.stderr,
+              flush=True)  # fmt: skip
+        out.append(r)
+    return out
+
+
 def c_alone(tmp: Path, memory_cap_mib: float) -> list[Run]:
     """cpsat with C alone weighted (0,0,1) on each realistic 1,024-host instance at 60 s:
     how far the best placement found for C alone stays above the bound's C part (the
     traffic floor), which no weighting of the other objectives can close."""
-    out = []
-    for shape, _ in plan(False):
-        if shape.family != "realistic" or shape.hosts != 1024 or shape.current:
-            continue
-        files = write_instance(shape, tmp / shape.key)
-        r = run_one(shape, files, weights=[0, 0, 1], method="cpsat", limit=60.0, tmp=tmp,
-                    memory_cap_mib=memory_cap_mib)  # fmt: skip
-        print(f"{shape.key:40s} C alone  F {r.F} bound {r.bound}", file=sys.stderr, flush=True)
-        out.append(r)
-    return out
+    return _cpsat_on_1024(tmp, current=False, weights=lambda _: [0, 0, 1], limit=60.0,
+                          label="C alone", memory_cap_mib=memory_cap_mib)  # fmt: skip
 
 
 def c_alone_lines(runs: list[Run], alone: list[Run], split: dict[str, dict[str, float] | None]
@@ -667,17 +684,9 @@ def c_alone_lines(runs: list[Run], alone: list[Run], split: dict[str, dict[str, 
 def reference_runs(tmp: Path, *, seed: int, limit: float, memory_cap_mib: float) -> list[Run]:
     """cpsat for ``limit`` on each realistic 1,024-host repack of the plan, with the
     plan's weights: the best known F that the bench's own runs are held to."""
-    out = []
-    for shape, _ in plan(False):
-        if shape.family != "realistic" or shape.hosts != 1024 or not shape.current:
-            continue
-        files = write_instance(shape, tmp / shape.key)
-        r = run_one(shape, files, weights=weights_for(shape, seed), method="cpsat", limit=limit,
-                    tmp=tmp, memory_cap_mib=memory_cap_mib)  # fmt: skip
-        print(f"{shape.key:40s} reference {limit:g}s F {r.F} bound {r.bound}", file=sys.stderr,
-              flush=True)  # fmt: skip
-        out.append(r)
-    return out
+    return _cpsat_on_1024(tmp, current=True, weights=lambda shape: weights_for(shape, seed),
+                          limit=limit, label="reference",
+                          memory_cap_mib=memory_cap_mib)  # fmt: skip
 
 
 # --- the same runs with an earlier commit's solver, side by side -----------------------
@@ -795,6 +804,12 @@ def render(out: Path, md: Path) -> int:
     return 0
 
 
+def _head() -> str:
+    """This checkout's commit, short."""
+    ask = ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"]
+    return subprocess.run(ask, check=True, capture_output=True, text=True).stdout.strip()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="a small subset (about 2 minutes)")
@@ -832,8 +847,7 @@ def main() -> int:
     if args.render:
         return (render_comparison if args.baseline else render)(out, Path(args.md))
     if args.baseline:
-        ask = ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"]
-        head = subprocess.run(ask, check=True, capture_output=True, text=True).stdout.strip()
+        head = _head()
         start = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="clavis-baseline-") as tmpdir:
             pairs = compare(args.baseline, Path(tmpdir), seed=args.seed, limit=args.limit,
@@ -847,8 +861,7 @@ def main() -> int:
                          "runs": [asdict(r) for r in pairs]})  # fmt: skip
         return 0 if args.no_md else render_comparison(out, Path(args.md))
     if args.reference:
-        ask = ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"]
-        head = subprocess.run(ask, check=True, capture_output=True, text=True).stdout.strip()
+        head = _head()
         start = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="clavis-reference-") as tmpdir:
             refs = reference_runs(Path(tmpdir), seed=args.seed,
