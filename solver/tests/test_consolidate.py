@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import random
 import time
 
 from test_gather import four_hosts, never_worse, realistic_starts
@@ -10,7 +12,7 @@ from clavis.instance import build_instance
 from clavis.model import Placement, Workload
 from clavis.objectives import Weights, bounds, evaluate, violations
 from clavis.placement.consolidate import consolidate
-from clavis.placement.exchange import exchange
+from clavis.placement.exchange import State, exchange
 
 
 def _turtles(cores: list[int]) -> Workload:
@@ -66,3 +68,25 @@ def test_emptying_never_raises_f_and_keeps_every_constraint() -> None:
                 after = consolidate(inst, placed, k=k, deadline=time.monotonic() + 5)
                 lowered += never_worse(inst, w, placed, after)
     assert lowered >= 12, lowered  # 18 of 18 runs when written
+
+
+def test_a_tried_move_costs_what_making_it_costs_and_leaves_the_state_as_it_was() -> None:
+    # State.tried prices a devil's move without making it (lag_change): on realistic
+    # snapshots, every container tried on hosts drawn at random, against step() and back.
+    rng = random.Random(3)
+    devils = 0
+    for inst, starts in realistic_starts():
+        k, _ = bounds(inst).linear(Weights(6, 10, 4, 1))
+        state = State(inst, starts[-1], k)
+        for _ in range(400):
+            ci, to = rng.randrange(len(inst.containers)), rng.randrange(len(inst.hosts))
+            frm = state.host_of[ci]
+            hot, lagging = list(state.hot), dict(state.hot_devils)
+            priced = state.tried(ci, to)
+            assert (state.hot, dict(state.hot_devils)) == (hot, lagging)
+            made = state.step(ci, to)
+            assert math.isclose(priced, made, rel_tol=1e-9, abs_tol=1e-15), (ci, frm, to)
+            devils += inst.containers[ci].devil and made != 0.0
+            if rng.random() < 0.5:
+                state.step(ci, frm)
+    assert devils >= 100, devils

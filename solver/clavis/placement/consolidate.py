@@ -10,9 +10,16 @@ way took F from 0.3321 to 0.3273 (seed 1, weights 6,5,9,4; 30 hosts off) and fro
 
 Hosts are tried least loaded first. Each of a host's containers, largest first, goes to
 the host where F's change is least among the hosts its traffic partners are on and the
-fullest hosts on with room for it (best fit); F's change is exact, step by step
-(exchange.State: P, D under the straggler rule, C, M), and a host whose emptying does not
-lower F in all is stepped back.
+hosts on with room for it, fewest free cores first, up to OFFERED of them; F's change is
+exact, step by step (exchange.State: P, D under the straggler rule, C, M), and a host
+whose emptying does not lower F in all is stepped back.
+
+Offering only the 8 fullest hosts with room (best fit) emptied no host at all on the
+1,024-host repacks after their 10 s search: every host's emptying raised F, since the
+fullest hosts are where a devil makes its neighbours contend. The host where a container
+costs least is often one with much room and no devils; with every host on offered, seed
+1's 10 s answer went from 473 hosts on to 434 (F 0.3231 -> 0.3192, the 600 s search's
+0.3179 after the exchanges), in 1.6 s.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from collections import defaultdict
 from clavis.instance import Assignment, Instance
 from clavis.placement.exchange import GAIN, State
 
-BEST_FIT = 8  # fullest hosts with room a container is offered, beside its partners'
+OFFERED = 1024  # hosts on with room a container is offered at most, beside its partners'
 MAX_HOSTS = 100_000  # hosts tried per call at most, whatever the time limit
 
 
@@ -60,7 +67,7 @@ def _best_home(state: State, free: _Free, ci: int, frm: int) -> int | None:
     inst = state.inst
     cores = inst.containers[ci].cores
     near = [hi for hi in state.near(ci) if hi != frm and state.free[hi] >= cores]
-    fits = [hi for hi in free.fitting(cores, BEST_FIT + 1) if hi != frm]
+    fits = [hi for hi in free.fitting(cores, OFFERED + 1) if hi != frm]
     best: tuple[float, int] | None = None
     for hi in dict.fromkeys(near + fits):
         if not inst.allowed(ci, hi):

@@ -165,14 +165,46 @@ class State:
         )
 
     def tried(self, ci: int, to: int) -> float:
-        """F's change if container ci moved to host ``to``, nothing left moved: computed
-        for a turtle (move_change), made and undone for a devil (it may change which
-        hosts contend)."""
-        if not self.inst.containers[ci].devil:
-            return self.move_change(ci, to)
+        """F's change if container ci moved to host ``to``, nothing moved: a turtle's
+        (move_change) and, for a devil, what it does to which hosts contend and so to
+        which jobs lag (lag_change). The same as step() then stepping back, without
+        touching the state: consolidate.py asks it of every host with room."""
+        if to == self.host_of[ci]:
+            return 0.0
+        change = self.move_change(ci, to)
+        if self.inst.containers[ci].devil:
+            change += self.lag_change(ci, to)
+        return change
+
+    def lag_change(self, ci: int, to: int) -> float:
+        """Change of D if devil ci alone moved to host ``to`` (straggler rule: a job
+        lags while any of its devils is on a contended host)."""
+        inst = self.inst
+        c = inst.containers[ci]
         frm = self.host_of[ci]
-        change = self.step(ci, to)
-        self.step(ci, frm)
+        hot_frm = is_contended(
+            len(self.devils_on[frm]) - 1,
+            self.devil_cores[frm] - c.cores,
+            inst.hosts[frm].devil_tolerance,
+        )
+        hot_to = is_contended(
+            len(self.devils_on[to]) + 1,
+            self.devil_cores[to] + c.cores,
+            inst.hosts[to].devil_tolerance,
+        )
+        hot_devils: defaultdict[int, int] = defaultdict(int)  # per job, its change
+        hot_devils[c.job] += hot_to - self.hot[frm]
+        for hi, hot in ((frm, hot_frm), (to, hot_to)):
+            if hot != self.hot[hi]:
+                for d in self.devils_on[hi]:
+                    if d != ci:
+                        hot_devils[inst.containers[d].job] += 1 if hot else -1
+        change = 0.0
+        for job, more in hot_devils.items():
+            had = self.hot_devils.get(job, 0)
+            was, now = had > 0, had + more > 0
+            if now != was:
+                change += self.k_d * self.job_devil_cores[job] * (1 if now else -1)
         return change
 
     def swap_change(self, a: int, b: int) -> float:
