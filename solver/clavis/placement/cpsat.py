@@ -142,13 +142,14 @@ RELAYOUT_SHARE = 0.05
 # from the 60 s answers: F -0.0027 on seed 2 in 2.7 s, -0.0005 on seed 1, -0.0001 on the
 # others). This share of the time left; calming ends by CALM_AGAIN_END of it.
 CALM_AGAIN_SHARE = 0.3
+CALM_AGAIN_END = 0.7
 # In a repack it also runs before the pool bound, in this share of the time left: a 10 s
 # repack has no time for it after the bound, and the bound's own window shrinks by as
 # much (1,024-host repacks, 10 s, seeds 1-4: F 0.3197/0.3506/0.2790/0.2276 without it,
 # 0.3191/0.3480/0.2788/0.2276 with; with a share of 0.25 seed 4's bound fell from 0.2033
-# to 0.1891).
+# to 0.1891, and in the bench's run with this share too: its master settles near the
+# end of the window it has left).
 CALM_BEFORE_BOUND_SHARE = 0.15
-CALM_AGAIN_END = 0.7
 MIN_HOST_SEARCH_SECONDS = 0.2
 # The warm start's greedy sweep ends by this share of the budget (it is cut short only
 # on very large instances: a candidate costs a pass over every container).
