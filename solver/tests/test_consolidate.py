@@ -72,7 +72,8 @@ def test_emptying_never_raises_f_and_keeps_every_constraint() -> None:
 
 def test_a_tried_move_costs_what_making_it_costs_and_leaves_the_state_as_it_was() -> None:
     # State.tried prices a devil's move without making it (lag_change): on realistic
-    # snapshots, every container tried on hosts drawn at random, against step() and back.
+    # snapshots, containers and hosts drawn at random, against step() and, half the
+    # time, back.
     rng = random.Random(3)
     devils = 0
     for inst, starts in realistic_starts():
