@@ -210,8 +210,11 @@ def test_a_repack_pool_rounding_keeps_the_residents_its_patterns_keep() -> None:
     )
     assert score(inst, ready, w, limits).F <= score(inst, rounded, w, limits).F
     assert score(inst, ready, w, limits).F < score(inst, calmed, w, limits).F - 0.02
-    # The repack's deferred pool bound hands it over, and the solve keeps what it makes.
-    deferred = cpsat._DeferredBound(inst, w, options, limits, watch, 0.0)
+    # The repack's deferred pool bound hands it over, and the solve keeps what it makes
+    # (in the search with one thread; beside it, test_beside.py).
+    alone = SolveOptions(time_limit=4, seed=0, hint=tuple(inst.current), workers=1)
+    deferred = cpsat._DeferredBound(inst, w, alone, limits, Stopwatch(alone))
+    assert deferred.aside is None
     assert deferred.run() is not None and deferred.floor > 0.0
     got = place("cpsat", inst, w, options)
     assert got.score is not None and got.bound is not None

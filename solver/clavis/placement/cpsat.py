@@ -27,8 +27,8 @@ from ortools.sat.python import cp_model
 
 from clavis.instance import Assignment, Instance
 from clavis.objectives import Bounds, Score, Weights, bounds, score, violations
-from clavis.placement import bound as rack
 from clavis.placement import (
+    beside,
     calming,
     chunks,
     estimate,
@@ -40,6 +40,7 @@ from clavis.placement import (
     rackmodel,
     relayout,
 )
+from clavis.placement import bound as rack
 from clavis.placement.baselines import corerr, noderr
 from clavis.placement.consolidate import consolidate
 from clavis.placement.exchange import exchange
@@ -500,6 +501,7 @@ def _host_search(
     best: tuple[Assignment, Score, Status],
     watch: Stopwatch,
     between: Callable[[], Assignment | None] | None = None,
+    rounding: Callable[[], Assignment | None] | None = None,
     other: Assignment | None = None,
 ) -> tuple[Assignment, Score, Status]:
     """The host search (hostlns.py) from the best placement so far, with the time the
@@ -514,7 +516,9 @@ def _host_search(
     are regrouped into racks, lightly loaded hosts emptied (consolidate.py) and lagging
     jobs calmed again (calming.py, then the exchanges); what ``between`` returned, a
     placement rounded from that pool, is then regrouped, gathered and exchanged in a
-    window of its own and kept if it ends better (_second_start).
+    window of its own and kept if it ends better (_second_start). With the bound beside
+    the search (beside.py) there is no ``between``, and ``rounding`` says what rounding
+    it has reported by then, if any.
     ``other``, a second start, is gathered too in what time the first leaves of
     gathering's share, and the better of the two goes on: which start
     ends better is not always the one that starts better (the pool rounding keeps jobs
@@ -523,7 +527,8 @@ def _host_search(
     if best[2] == "OPTIMAL" or left < MIN_HOST_SEARCH_SECONDS:
         return best
     k, _ = limits.linear(weights)
-    share = EXCHANGE_SHARE if between is None else EXCHANGE_SHARE_BEFORE_BOUND
+    repack = between is not None or rounding is not None
+    share = EXCHANGE_SHARE_BEFORE_BOUND if repack else EXCHANGE_SHARE
     now, window = time.monotonic(), left * share
     gathered = gather(inst, best[0], k=k, deadline=now + window * GATHER_END)
     if other is not None and other != best[0] and time.monotonic() < now + window * GATHER_END:
@@ -536,7 +541,7 @@ def _host_search(
     )
     best = _better(inst, weights, limits, best, gathered, watch=watch)
     rounded: Assignment | None = None
-    if between is not None:
+    if repack:
         left = options.time_limit * HOST_SEARCH_END_SHARE - watch.elapsed
         until = time.monotonic() + left * EMPTYING_SHARE_BEFORE_BOUND
         best = _better(
@@ -557,7 +562,7 @@ def _host_search(
             watch=watch,
             options=options,
         )
-        rounded = between()
+        rounded = between() if between is not None else None
     left = options.time_limit * HOST_SEARCH_END_SHARE - watch.elapsed
     until = time.monotonic() + left * SWAP_SHARE
     swapped = regroup(inst, best[0], k_c=k[2], k_m=k[3], deadline=until)
@@ -573,6 +578,8 @@ def _host_search(
             inst, weights, limits, best, k=k, share=CALM_AGAIN_SHARE, watch=watch, options=options
         )
         left = options.time_limit * HOST_SEARCH_END_SHARE - watch.elapsed
+    if rounded is None and rounding is not None:
+        rounded = rounding()
     if rounded is not None and not violations(inst, rounded):
         # After the first start's own steps: in a 10 s repack little is left, and taking
         # it before them cost seed 1 0.0009 of F where the rounding does not win.
@@ -656,41 +663,49 @@ def _better(
 def _pool_bound(
     inst: Instance,
     weights: Weights,
-    options: SolveOptions,
     *,
     limits: Bounds,
     floor: float,
-    until: float | None = None,
+    deadline: float,
+    rounding: float | None = None,
+    report: beside.Report | None = None,
 ) -> tuple[float, Assignment | None]:
-    """The pool bound (pool.py) raises the floor, in a budget of its own (the warm start
-    may already have passed POOL_END_SHARE). In a repack it runs again with what its
-    talking jobs send if their residents stay (pool.Stay) and what the moved ones send
-    (landing.py), in one master or, in a short window, the first before the second
-    (MOVERS_FIRST_SECONDS), and, as time allows, with trade rows. With ``until`` (a
-    repack's bound deferred into the host search, which it ends by then) the first
-    master's patterns are also rounded, the residents they keep staying
-    (pool.round_by_jobs with keep): the host search's second start. Returns the floor and
-    that rounding, if any."""
-    deadline = time.monotonic() + options.time_limit * POOL_BOUND_SHARE
-    deadline = deadline if until is None else min(deadline, until)
+    """The pool bound (pool.py) raises the floor by ``deadline``. In a repack it runs
+    again with what its talking jobs send if their residents stay (pool.Stay) and what
+    the moved ones send (landing.py), in one master or, in a short window, the first
+    before the second (MOVERS_FIRST_SECONDS), and, as time allows, with trade rows. With
+    ``rounding`` (a repack's bound for the host search, which ends then) the first
+    master's patterns are also rounded by then, the residents they keep staying
+    (pool.round_by_jobs with keep): the host search's second start. ``report`` hears
+    every rise of the floor and the rounding as they come (beside.py). Returns the floor
+    and that rounding, if any."""
+
+    def rise(got: float) -> float:
+        if got > floor and report is not None:
+            report(got, None)
+        return max(floor, got)
+
     relaxed = pool.prepare(inst, weights, limits, stay=False)
     if relaxed is None:
         return floor, None
     # Without Stay rows it settles in a few rounds; they start the larger master below.
     answer = pool.solve(relaxed, deadline)
-    floor = max(floor, answer.bound)
+    floor = rise(answer.bound)
     first = deadline - time.monotonic() >= MOVERS_FIRST_SECONDS
     tighter = pool.prepare(inst, weights, limits, landing=first)
     # Without Stay rows (no residents talk across hosts) it is the master above.
     if tighter is None or tighter.stay is None or not tighter.stay.row_job:
-        return _repack_chunk_bound(inst, weights, limits, floor=floor, deadline=deadline), None
+        chunked = _repack_chunk_bound(inst, weights, limits, floor=floor, deadline=deadline)
+        return rise(chunked), None
     if time.monotonic() >= deadline:
         return floor, None
     answer = pool.solve(tighter, deadline, start=answer.columns)
-    floor = max(floor, answer.bound)
+    floor = rise(answer.bound)
     rounded = None
-    if until is not None:
-        rounded = pool.round_by_jobs(inst, tighter, answer, until, keep=True)
+    if rounding is not None:
+        rounded = pool.round_by_jobs(inst, tighter, answer, rounding, keep=True)
+        if report is not None and rounded is not None:
+            report(None, rounded)
     # In a short window the master with mover rows (landing.py) comes after the one
     # above, which leaves the bound and the rounding as they were if it does not settle
     # in time (MOVERS_FIRST_SECONDS).
@@ -698,11 +713,20 @@ def _pool_bound(
     moving = landed is not None and landed.stay is not None and bool(landed.stay.mover_rows)
     if landed is not None and moving and time.monotonic() < deadline:
         got = pool.solve(landed, deadline, start=answer.columns)
-        floor = max(floor, got.bound)
+        floor = rise(got.bound)
         answer = got if got.lp is not None else answer  # the trade rows start from it
-    floor = _repack_chunk_bound(inst, weights, limits, floor=floor, deadline=deadline)
-    floor = max(floor, _traded_bound(inst, weights, limits, answer, deadline))
+    floor = rise(_repack_chunk_bound(inst, weights, limits, floor=floor, deadline=deadline))
+    floor = rise(_traded_bound(inst, weights, limits, answer, deadline))
     return floor, rounded
+
+
+def _pool_bound_beside(
+    inst: Instance, weights: Weights, limits: Bounds, deadline: float, *, report: beside.Report
+) -> None:
+    """A repack's pool bound and rounding in the child process of beside.py."""
+    _pool_bound(
+        inst, weights, limits=limits, floor=0.0, deadline=deadline, rounding=deadline, report=report
+    )
 
 
 def _repack_chunk_bound(
@@ -746,8 +770,8 @@ def relaxation_bound(inst: Instance, weights: Weights, seconds: float) -> float:
     limits = bounds(inst)
     floor = lower.lower_bound(inst, weights, limits).F
     if inst.has_current and weights.M > 0:
-        options = SolveOptions(time_limit=seconds / POOL_BOUND_SHARE)
-        return _pool_bound(inst, weights, options, limits=limits, floor=floor)[0]
+        deadline = time.monotonic() + seconds
+        return _pool_bound(inst, weights, limits=limits, floor=floor, deadline=deadline)[0]
     # Without residents to keep, _pool_bound is this relaxed master alone.
     deadline = time.monotonic() + seconds
     relaxed = pool.prepare(inst, weights, limits, stay=False)
@@ -837,32 +861,66 @@ def _pool_placements(
     return floor, best, got, other
 
 
-@dataclass
 class _DeferredBound:
-    """A repack's pool bound, run between the host search's steps (or after it, if the
-    search had no time): its floor so far, and whether it ran."""
+    """A repack's pool bound: in a process of its own beside the search from the start of
+    the solve where there are cores for it (beside.py), else run between the host
+    search's steps (or after it, if the search had no time)."""
 
-    inst: Instance
-    weights: Weights
-    options: SolveOptions
-    limits: Bounds
-    watch: Stopwatch
-    floor: float
-    ran: bool = False
+    def __init__(
+        self,
+        inst: Instance,
+        weights: Weights,
+        options: SolveOptions,
+        limits: Bounds,
+        watch: Stopwatch,
+    ) -> None:
+        self.inst, self.weights, self.options = inst, weights, options
+        self.limits, self.watch = limits, watch
+        self.floor = 0.0
+        self.ran = False
+        self.aside: beside.Beside | None = None
+        if beside.can_run(options.threads):
+            end = options.time_limit * HOST_SEARCH_END_SHARE - watch.elapsed
+            deadline = time.monotonic() + end
+            args = (inst, weights, limits, deadline)
+            self.aside = beside.Beside(_pool_bound_beside, args, deadline)
 
     def run(self) -> Assignment | None:
-        """Raises the floor; returns the rounding of the repack's pool, if any."""
+        """The bound between the host search's steps: raises the floor and returns the
+        rounding of the repack's pool, if any."""
         self.ran = True
-        end = self.options.time_limit * HOST_SEARCH_END_SHARE - self.watch.elapsed
+        now, end = time.monotonic(), self.options.time_limit * HOST_SEARCH_END_SHARE
+        until = now + end - self.watch.elapsed
         self.floor, rounded = _pool_bound(
             self.inst,
             self.weights,
-            self.options,
             limits=self.limits,
             floor=self.floor,
-            until=time.monotonic() + end,
+            deadline=min(now + self.options.time_limit * POOL_BOUND_SHARE, until),
+            rounding=until,
         )
         return rounded
+
+    def rounding(self) -> Assignment | None:
+        """The rounding the process beside has reported so far, if any."""
+        return None if self.aside is None else self.aside.poll().rounding
+
+    def finish(self, floor: float, notes: list[str]) -> float:
+        """The floor raised by the bound, which is waited for (beside) or run now (if
+        the host search had no time for it); why the process beside failed, if it did,
+        joins the notes."""
+        if self.aside is None:
+            if not self.ran:
+                self.run()
+            return max(floor, self.floor)
+        got = self.aside.finish()
+        if got.error:
+            notes.append(f"pool bound beside the search: {got.error}")
+        return max(floor, got.floor)
+
+    def stop(self) -> None:
+        if self.aside is not None:
+            self.aside.stop()
 
 
 def _traded_bound(
@@ -946,8 +1004,35 @@ def solve(
     symmetric: bool = True,
 ) -> PlacementResult:
     watch = Stopwatch(options)
-    guard = _guard(options)
     limits = bounds(inst)
+    racks = rack.prepare(inst, weights, limits) if symmetric else None
+    # The rounding knows no current placement: with M it moves nearly every container
+    # (1,024 hosts: M_n 0.93), so a repack keeps its time for the search and its pool
+    # bound runs beside it, or waits for the exchanges (_host_search).
+    repack = inst.has_current and weights.M > 0
+    deferred = symmetric and not options.deterministic and racks is None and repack
+    later = _DeferredBound(inst, weights, options, limits, watch) if deferred else None
+    try:
+        return _solve(
+            inst, weights, options, symmetric=symmetric, watch=watch, racks=racks, later=later
+        )
+    finally:
+        if later is not None:
+            later.stop()
+
+
+def _solve(
+    inst: Instance,
+    weights: Weights,
+    options: SolveOptions,
+    *,
+    symmetric: bool,
+    watch: Stopwatch,
+    racks: rack.RackProblem | None,
+    later: _DeferredBound | None,
+) -> PlacementResult:
+    guard = _guard(options)
+    limits = later.limits if later is not None else bounds(inst)
     method = "cpsat" if symmetric else "plain"
     notes: list[str] = []
     if not symmetric:
@@ -978,12 +1063,8 @@ def solve(
                 bound=floor,
                 notes=notes,
             )
-    racks = rack.prepare(inst, weights, limits) if symmetric else None
-    # The rounding knows no current placement: with M it moves nearly every container
-    # (1,024 hosts: M_n 0.93), so a repack keeps its time for the search and its pool
-    # bound waits for the exchanges (_host_search).
     repack = inst.has_current and weights.M > 0
-    deferred = symmetric and not options.deterministic and racks is None and repack
+    deferred = later is not None
     other: Assignment | None = None  # a second start for the host search
     rounding = deferred and start is not None and _rounding_may_pay(weights, start, floor)
     if rounding:
@@ -1014,7 +1095,8 @@ def solve(
         # M, its rounding may be the better start: 32 lone 8-core devils on 211 hosts
         # (weights 5,10,0) kept the warm start's 64-core hosts, F 0.162 for 10 s, where
         # the rounding seats them on 16-core ones, 0.078 (bound 0.076).
-        floor = _pool_bound(inst, weights, options, limits=limits, floor=floor)[0]
+        deadline = time.monotonic() + options.time_limit * POOL_BOUND_SHARE
+        floor = _pool_bound(inst, weights, limits=limits, floor=floor, deadline=deadline)[0]
         if not repack:
             floor, hint, start, _ = _pool_placements(
                 inst,
@@ -1089,7 +1171,7 @@ def solve(
         trail = tuple(watch.trajectory)
         return PlacementResult(method, status, None, None, None, watch.elapsed, trail, tuple(notes))
     if symmetric and racks is None and not options.deterministic:
-        deferred_bound = _DeferredBound(inst, weights, options, limits, watch, floor)
+        inline = later is not None and later.aside is None
         assignment, result, status = _host_search(
             inst,
             weights,
@@ -1097,12 +1179,12 @@ def solve(
             limits=limits,
             best=(assignment, result, status),
             watch=watch,
-            between=deferred_bound.run if deferred else None,
+            between=later.run if later is not None and inline else None,
+            rounding=later.rounding if later is not None and not inline else None,
             other=other,
         )
-        if deferred and not deferred_bound.ran:  # the host search had no time: it still runs
-            deferred_bound.run()
-        floor = deferred_bound.floor
+    if later is not None:
+        floor = later.finish(floor, notes)
     if early is not None:
         bound = max(bound or 0.0, early.bound)
     elif proving and racks is not None and status != "OPTIMAL":
