@@ -237,7 +237,12 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--method", choices=list(METHODS), help="default cpsat")
     s.add_argument("--time-limit", type=float, help="seconds (default 60)")
     s.add_argument("--seed", type=int, help="default 0")
-    s.add_argument("--workers", type=int, help="solver threads; 0 = all cores (default)")
+    s.add_argument(
+        "--workers",
+        type=int,
+        help="solver threads; 0 = all cores (default); from 2, a repack's bound runs in a "
+        "process of its own beside the search",
+    )
     s.add_argument(
         "--memory-limit",
         type=float,

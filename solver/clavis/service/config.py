@@ -173,7 +173,12 @@ class RepackConfig(_Section):
     )
     method: str = Field(default="cpsat", description="Placement method (`clavis solve`).")
     time_limit_s: float = Field(default=60.0, gt=0, description="Solver time per pass.")
-    workers: int = Field(default=2, ge=0, description="Solver threads; 0 = all cores.")
+    workers: int = Field(
+        default=2,
+        ge=0,
+        description="Solver threads; 0 = all cores. From 2, a repack's pool bound runs in a "
+        "process of its own beside the search (docs/objectives.md).",
+    )
     seed: int = Field(default=0, description="Solver random seed (`clavis solve --seed`).")
     deterministic: bool = Field(
         default=False,
