@@ -311,9 +311,11 @@ def improve(
     deadline: float,
     seed: int,
     found: Callable[[Assignment, float], None] | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> Assignment | None:
     """A better placement than ``assignment`` by the evaluator's F, or None. Stops at
-    ``deadline``; ``found`` gets each improvement and its F (progress reports)."""
+    ``deadline``, or earlier once ``stop`` says so (asked between neighbourhoods);
+    ``found`` gets each improvement and its F (progress reports)."""
     ctx = context(inst, weights, limits)
     where = list(assignment)
     on: list[list[int]] = [[] for _ in inst.hosts]
@@ -326,7 +328,7 @@ def improve(
     improved = False
     for _ in range(MAX_TRIES):
         left = deadline - time.monotonic()
-        if left <= 0.02:
+        if left <= 0.02 or (stop is not None and stop()):
             break
         hosts = _neighbourhood(ctx, where, on, rng)
         got = _reseat(
