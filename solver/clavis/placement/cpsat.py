@@ -1033,7 +1033,14 @@ def solve(
     later = _DeferredBound(inst, weights, options, limits, watch) if deferred else None
     try:
         return _solve(
-            inst, weights, options, symmetric=symmetric, watch=watch, racks=racks, later=later
+            inst,
+            weights,
+            options,
+            symmetric=symmetric,
+            watch=watch,
+            limits=limits,
+            racks=racks,
+            later=later,
         )
     finally:
         if later is not None:
@@ -1047,11 +1054,12 @@ def _solve(
     *,
     symmetric: bool,
     watch: Stopwatch,
+    limits: Bounds,
     racks: rack.RackProblem | None,
     later: _DeferredBound | None,
 ) -> PlacementResult:
+    """The solve, with the rack problem prepared and a repack's bound started (solve)."""
     guard = _guard(options)
-    limits = later.limits if later is not None else bounds(inst)
     method = "cpsat" if symmetric else "plain"
     notes: list[str] = []
     if not symmetric:
