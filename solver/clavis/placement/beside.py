@@ -7,9 +7,10 @@ budget and the search the rest, while the machine's other cores stayed idle. Her
 bound runs in a child process from the start of the solve to the end of the host search,
 and the search has the whole budget.
 
-The child reports every rise of its floor as it goes, and the placement rounded from its
-patterns once (the host search's second start): a child stopped at the deadline leaves
-the last floor it reported, which is a valid bound (every pool round is one). The parent
+The child reports its floor after each step that raises it, and the placement rounded
+from its patterns once (the host search's second start): a child stopped at the deadline
+leaves the last floor it reported, which is a valid bound (each master returns one,
+settled or not). The parent
 ends only the child it started, by its handle, and never waits past the deadline it set.
 
 It runs only where it can gain: two usable cores at least, more than one solver thread
