@@ -10,8 +10,8 @@ and the search has the whole budget.
 The child reports its floor after each step that raises it, and the placement rounded
 from its patterns once (the host search's second start): a child stopped at the deadline
 leaves the last floor it reported, which is a valid bound (each master returns one,
-settled or not). The parent
-ends only the child it started, by its handle, and never waits past the deadline it set.
+settled or not). The parent ends only the child it started, by its handle, and never
+waits past the deadline it set.
 
 It runs only where it can gain: two usable cores at least, more than one solver thread
 asked for, and not inside a daemonic process (which may not have children). A process
@@ -34,7 +34,8 @@ from typing import Any
 
 from clavis.instance import Assignment
 
-# What the child reports: a floor, the rounding, the end, or why it failed.
+# How the work reports a floor or the rounding (either may be None); _child itself adds
+# the end, or why the work failed.
 Report = Callable[[float | None, Assignment | None], None]
 Work = Callable[..., None]  # called as work(*args, report=...)
 # Past its deadline the child has this long to say it is done before it is killed: a
