@@ -144,6 +144,9 @@ class ChunkAnswer:
     rounds: int
     converged: bool
     columns: int
+    # The last master solved: its columns in use and how many hosts run each (for
+    # rounding: chunkround.py). Empty if no master was solved.
+    primal: tuple[tuple[ChunkColumn, float], ...] = ()
 
 
 def chunk_inside(inst: Instance, most: int) -> dict[int, np.ndarray]:
@@ -623,12 +626,15 @@ class _Master:
             self.power.SetCoefficient(short, 1.0)
         self.objective = objective
         self.seen: set[ChunkColumn] = set()
+        self.vars: list[tuple[ChunkColumn, int]] = []  # each column's variable index
+        self.values: np.ndarray | None = None  # the last solve's primal
 
     def add(self, col: ChunkColumn) -> bool:
         if col in self.seen:
             return False
         self.seen.add(col)
         var = self.lp.NumVar(0.0, self.lp.infinity(), "")
+        self.vars.append((col, var.index()))
         self.objective.SetCoefficient(var, col.cost - col.kept)
         self.count[col.host_type].SetCoefficient(var, 1.0)
         if self.power is not None:
@@ -650,12 +656,20 @@ class _Master:
                 self.lag[ii].SetCoefficient(var, -float(n))
         return True
 
+    def primal(self) -> tuple[tuple[ChunkColumn, float], ...]:
+        """The columns the last solve uses, with their values."""
+        if self.values is None:
+            return ()
+        x = self.values
+        return tuple((col, float(x[i])) for col, i in self.vars if i < len(x) and x[i] > EPS)
+
     def solve(self, deadline: float) -> _Duals | None:
         """The master's duals, clipped to their signs; None if GLOP did not finish."""
         response = solve_master(self.lp, deadline)
         if response is None:
             return None
         d = np.asarray(response.dual_value)
+        self.values = np.asarray(response.variable_value)
         pb = self.pb
         n = len(pb.jobs)
         lag, chunk, calm = np.zeros(n), np.zeros(n), np.zeros(n)
@@ -782,7 +796,7 @@ def solve(
                 low = 0.0
                 for contended in (False, True):
                     if time.monotonic() >= deadline:
-                        return ChunkAnswer(best, rounds, False, len(master.seen))
+                        return ChunkAnswer(best, rounds, False, len(master.seen), master.primal())
                     reduced, found = _price(pb, t, tables[t], at, contended)
                     low = min(low, reduced)
                     if (
@@ -805,4 +819,4 @@ def solve(
             pace = time.monotonic() - began
             if began + pace * ROUNDS_PER_GROUP * len(pb.groups) > deadline:
                 break
-    return ChunkAnswer(best, rounds, converged, len(master.seen))
+    return ChunkAnswer(best, rounds, converged, len(master.seen), master.primal())

@@ -18,7 +18,9 @@ flows keep their order.
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections import defaultdict
+from collections.abc import Sequence
 
 from clavis.instance import Instance
 
@@ -26,10 +28,7 @@ from clavis.instance import Instance
 def order(inst: Instance, host_cores: int) -> list[int]:
     """A sort key per container: a job's containers sorted by it come in region-growing
     order, a region being what a host of ``host_cores`` cores holds of the job."""
-    nbrs: dict[int, list[tuple[int, float]]] = defaultdict(list)
-    for f in inst.flows:
-        nbrs[f.a].append((f.b, f.bytes_per_s))
-        nbrs[f.b].append((f.a, f.bytes_per_s))
+    nbrs = neighbours(inst)
     key = list(range(len(inst.containers)))
     for members in inst.job_containers:
         if len(members) <= 2 or not any(m in nbrs for m in members):
@@ -43,10 +42,34 @@ def order(inst: Instance, host_cores: int) -> list[int]:
     return key
 
 
-def _grow(members: list[int], nbrs: dict[int, list[tuple[int, float]]], region: int) -> list[int]:
-    """The members in region-growing order (module docstring). Ties in traffic go to the
-    container nearest the region's first (hops inside the region): on a grid, equal
-    gains would otherwise follow the listing and grow a strip, not a block."""
+def neighbours(inst: Instance) -> dict[int, list[tuple[int, float]]]:
+    """Per container, its listed flows' other ends and bytes/s."""
+    nbrs: dict[int, list[tuple[int, float]]] = defaultdict(list)
+    for f in inst.flows:
+        nbrs[f.a].append((f.b, f.bytes_per_s))
+        nbrs[f.b].append((f.a, f.bytes_per_s))
+    return nbrs
+
+
+def grown(
+    members: list[int], nbrs: dict[int, list[tuple[int, float]]], sizes: Sequence[int]
+) -> list[int]:
+    """The members in region-growing order with regions of the given sizes, one after
+    the other (the last size repeats): the places a job holds, filled in this order, get
+    regions of their own sizes."""
+    return _grow(members, nbrs, sizes)
+
+
+def _grow(
+    members: list[int], nbrs: dict[int, list[tuple[int, float]]], region: int | Sequence[int]
+) -> list[int]:
+    """The members in region-growing order (module docstring), regions of ``region``
+    containers (or of each size in turn). Ties in traffic go to the container nearest
+    the region's first (hops inside the region): on a grid, equal gains would otherwise
+    follow the listing and grow a strip, not a block."""
+    sizes = [region] if isinstance(region, int) else [max(1, n) for n in region] or [1]
+    ends = set(itertools.accumulate(sizes))
+    last, step = max(ends), sizes[-1]
     inside = set(members)
     degree = {m: sum(w for v, w in nbrs.get(m, ()) if v in inside) for m in members}
     starts = sorted(members, key=lambda m: (degree[m], m))  # least degree first
@@ -74,7 +97,8 @@ def _grow(members: list[int], nbrs: dict[int, list[tuple[int, float]]], region: 
         taken.add(pick)
         out.append(pick)
         here = hops.get(pick, 0)
-        if len(out) % region == 0:  # a new region, next to what is taken
+        if len(out) in ends or (len(out) > last and (len(out) - last) % step == 0):
+            # a new region, next to what is taken
             epoch += 1
             gain.clear()
             hops.clear()
