@@ -10,7 +10,7 @@ from test_gather import never_worse, realistic_starts
 
 from clavis.instance import Assignment, Instance
 from clavis.objectives import Weights, bounds, evaluate
-from clavis.placement.regroup import host_traffic, regroup
+from clavis.placement.regroup import host_traffic, regroup, rehome
 
 MB = 1e6
 
@@ -102,3 +102,62 @@ def test_swapping_never_raises_f_keeps_p_and_d_and_every_constraint() -> None:
                 assert abs(after_o.P - before_o.P) <= 1e-6 * before_o.P
                 assert after_o.D == before_o.D
     assert lowered >= 6, lowered
+
+
+def _rehome(inst: Instance, placed: Assignment, w: Weights) -> Assignment:
+    k, _ = bounds(inst).linear(w)
+    return rehome(inst, placed, k=k, deadline=time.monotonic() + 5)
+
+
+def test_rehoming_gathers_a_job_on_a_host_of_another_kind() -> None:
+    # The case regroup leaves alone (hosts of two kinds): h1's contents (y-a) may go to
+    # the 16-core h3 and h2's (x-b) to h1, or the like; x then runs in one rack. P may
+    # change (other watts), D may not.
+    hosts = [host(f"h{i}", "r1" if i < 2 else "r2", cores=16 if i % 2 else 8) for i in range(4)]
+    inst = instance(hosts, [_pair_job("x", 3 * MB), _pair_job("y", MB)])
+    w = Weights(1, 1, 1)
+    after = _rehome(inst, CROSSWISE, w)
+    assert never_worse(inst, w, CROSSWISE, after)
+    rack = [h.rack for h in inst.hosts]
+    assert rack[after[0]] == rack[after[1]]  # the heavier job in one rack
+    assert evaluate(inst, after).D == evaluate(inst, CROSSWISE).D
+
+
+def test_rehoming_gathers_a_job_split_over_racks_with_a_host_empty() -> None:
+    # x runs on h0 (r1) and h2 (r2); y whole on h3; h1 is empty. Contents trade places
+    # (with the empty h1's, or h0's with h3's) until x runs in one rack; y stays whole.
+    inst = _two_racks()
+    w = Weights(1, 1, 1)
+    placed = (0, 2, 3, 3)
+    after = _rehome(inst, placed, w)
+    rack = [h.rack for h in inst.hosts]
+    assert rack[after[0]] == rack[after[1]] and after[2] == after[3]
+    assert evaluate(inst, after).C == 3 * MB * inst.same_rack_cost  # was cross-rack
+    assert never_worse(inst, w, placed, after)
+
+
+def test_rehoming_keeps_every_host_as_contended_as_it_was() -> None:
+    # Two 2-core devils on an 8-core host of tolerance 2 contend (4 devil cores); on a
+    # 16-core host with 4 domains (tolerance 4) they would not. They may not move there:
+    # a job would stop lagging, which the exchange does not price.
+    devils = [container("d-a", mpki=20.0), container("d-b", mpki=20.0)]
+    jobs = [{"name": "d", "containers": devils}, _pair_job("x", 3 * MB)]
+    hosts = [host("h0", "r1"), host("h1", "r2"), host("h2", "r2", cores=16, domains=4)]
+    inst = instance(hosts, jobs)
+    w = Weights(1, 1, 1)
+    placed = (0, 0, 0, 1)
+    after = _rehome(inst, placed, w)
+    assert after[0] == after[1] and inst.hosts[after[0]].devil_tolerance < 4
+    assert evaluate(inst, after).D == evaluate(inst, placed).D
+    never_worse(inst, w, placed, after)
+
+
+def test_rehoming_never_raises_f_keeps_d_and_every_constraint() -> None:
+    lowered = 0
+    for inst, starts in realistic_starts():
+        for w in (Weights(6, 10, 4, 1), Weights(1, 1, 10, 1), Weights(10, 1, 1, 0)):
+            for placed in starts:
+                after = _rehome(inst, placed, w)
+                lowered += never_worse(inst, w, placed, after)
+                assert evaluate(inst, after).D == evaluate(inst, placed).D
+    assert lowered >= 10, lowered

@@ -185,3 +185,115 @@ def regroup(
         if not swapped:
             break
     return racks.moved(assignment, made)
+
+
+class _Loads:
+    """What P and D see of each host's contents (named as in _Racks) and of each host:
+    cores used, devil containers and devil cores, whether the contents contend where they
+    run; per host its cores, tolerance and watts."""
+
+    def __init__(self, inst: Instance, assignment: Assignment) -> None:
+        n = len(inst.hosts)
+        self.used = np.zeros(n, dtype=np.int64)
+        self.devils = np.zeros(n, dtype=np.int64)
+        self.devil_cores = np.zeros(n, dtype=np.int64)
+        for ci, hi in enumerate(assignment):
+            c = inst.containers[ci]
+            self.used[hi] += c.cores
+            if c.devil:
+                self.devils[hi] += 1
+                self.devil_cores[hi] += c.cores
+        hosts = inst.hosts
+        self.cores = np.fromiter((h.cores for h in hosts), dtype=np.int64, count=n)
+        self.tolerance = np.fromiter((h.devil_tolerance for h in hosts), dtype=np.int64, count=n)
+        self.idle = np.fromiter((h.idle_w for h in hosts), dtype=np.float64, count=n)
+        self.slope = np.fromiter((h.slope_w for h in hosts), dtype=np.float64, count=n)
+        self.empty = np.fromiter((h.empty_w for h in hosts), dtype=np.float64, count=n)
+        self.up = np.fromiter((h.state == "up" for h in hosts), dtype=bool, count=n)
+        self.hot = self.contends(np.arange(n), np.arange(n))
+
+    def contends(
+        self, contents: npt.NDArray[np.int64], on: npt.NDArray[np.int64]
+    ) -> npt.NDArray[np.bool_]:
+        out: npt.NDArray[np.bool_] = (self.devils[contents] >= 2) & (
+            self.devil_cores[contents] > self.tolerance[on]
+        )
+        return out
+
+    def watts(
+        self, host: npt.NDArray[np.int64], used: npt.NDArray[np.int64]
+    ) -> npt.NDArray[np.float64]:
+        out: npt.NDArray[np.float64] = np.where(
+            used > 0, self.idle[host] + self.slope[host] * used, self.empty[host]
+        )
+        return out
+
+
+def rehome(
+    inst: Instance,
+    assignment: Assignment,
+    *,
+    k: tuple[float, float, float, float],
+    deadline: float,
+) -> Assignment:
+    """Exchanges of whole contents between any two up hosts, empty ones too, where each
+    fits the other's host and contends there exactly if it contends where it is (so no
+    job starts or stops lagging, and D stays), while one lowers F: P changes with the
+    two hosts' watts, C with their racks, M with the residents. regroup exchanges only
+    between alike hosts, where P cannot change; here a job split over two racks for want
+    of hosts of one type can gather on hosts of another, or on empty ones, where its
+    rack has them. Until none gains, MAX_PASSES sweeps or the deadline."""
+    k_p, _k_d, k_c, k_m = k
+    if len(inst.racks) < 2 and k_p <= 0:
+        return assignment
+    racks = _Racks(inst, assignment, k_c, k_m)
+    loads = _Loads(inst, assignment)
+    if len(inst.racks) < 2 or inst.cross_rack_cost <= inst.same_rack_cost:
+        racks.price = 0.0
+    everyone = np.arange(len(inst.hosts), dtype=np.int64)
+    made = 0
+    for _ in range(MAX_PASSES):
+        swapped = 0
+        for x in everyone[(loads.used > 0) & loads.up]:
+            if time.monotonic() > deadline:
+                return racks.moved(assignment, made + swapped)
+            swapped += _best_rehome(racks, loads, int(x), k_p)
+        made += swapped
+        if not swapped:
+            break
+    return racks.moved(assignment, made)
+
+
+def _best_rehome(racks: _Racks, loads: _Loads, x: int, k_p: float) -> bool:
+    """Trade contents x with the contents where F drops most, if any does."""
+    at = racks.at
+    p = int(at[x])
+    ys = np.flatnonzero(loads.up[at] & (at != p))  # contents on the other up hosts
+    if not len(ys):
+        return False
+    q = at[ys]
+    ok = (loads.used[x] <= loads.cores[q]) & (loads.used[ys] <= loads.cores[p])
+    ok &= loads.contends(np.full(len(ys), x), q) == loads.hot[x]
+    ok &= loads.contends(ys, np.full(len(ys), p)) == loads.hot[ys]
+    ys, q = ys[ok], q[ok]
+    if not len(ys):
+        return False
+    px = np.full(len(ys), p)
+    watts = loads.watts(px, loads.used[ys]) + loads.watts(q, np.full(len(ys), loads.used[x]))
+    watts -= loads.watts(px, np.full(len(ys), loads.used[x])) + loads.watts(q, loads.used[ys])
+    change = k_p * watts
+    wx = racks.row(x)
+    if racks.price > 0:
+        rack, r = racks.rack, racks.r
+        a, b = rack[x], rack[ys]
+        moved = r[x, a] - r[x, b] + r[ys, b] - r[ys, a] + 2 * wx[ys]
+        change = change + racks.price * np.where(b != a, moved, 0.0)
+    for j in np.argsort(change, kind="stable")[: 1 if racks.homes is None else TRIED_WITH_M]:
+        y = int(ys[j])
+        gain = float(change[j])
+        if racks.homes is not None:
+            gain += racks.k_m * racks.homes.delta(x, p, y, int(at[y]))
+        if gain < -GAIN:
+            racks.swap(x, wx, y)  # each contends as before: hot stays
+            return True
+    return False
