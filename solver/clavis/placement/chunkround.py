@@ -35,7 +35,8 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from clavis.instance import Assignment, Instance
-from clavis.placement import locality
+from clavis.objectives import is_contended
+from clavis.placement import chunks, locality
 from clavis.placement.chunks import ChunkColumn, ChunkProblem
 
 EPS = 1e-6
@@ -80,18 +81,10 @@ def templates(
     return out
 
 
-def _hosts_by_type(inst: Instance, pb: ChunkProblem) -> dict[int, list[int]]:
-    """Per type, the hosts a template may run on, in rack order: up hosts, and a drained
-    host only in a type of its own that runs its residents."""
-    out: dict[int, list[int]] = defaultdict(list)
-    for hi, t in enumerate(pb.type_of):
-        if t < 0:
-            continue
-        if inst.hosts[hi].state == "up" or pb.types[t].residents_only:
-            out[t].append(hi)
-    for hs in out.values():
-        hs.sort(key=lambda hi: (inst.hosts[hi].rack, hi))
-    return out
+def _usable(inst: Instance, pb: ChunkProblem) -> list[int]:
+    """The hosts a template may run on: up hosts of a type (the rounding fills no others:
+    it places solves without a current placement)."""
+    return [hi for hi, t in enumerate(pb.type_of) if t >= 0 and inst.hosts[hi].state == "up"]
 
 
 def lay(inst: Instance, pb: ChunkProblem, tpls: list[ChunkColumn]) -> dict[int, ChunkColumn]:
@@ -99,9 +92,8 @@ def lay(inst: Instance, pb: ChunkProblem, tpls: list[ChunkColumn]) -> dict[int, 
     allow (step 2 of the module's note); templates that do not fit are dropped (their
     containers become the rest)."""
     free: dict[int, dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
-    for t, hs in _hosts_by_type(inst, pb).items():
-        for hi in hs:
-            free[t][inst.hosts[hi].rack].append(hi)
+    for hi in _usable(inst, pb):  # in index order: each rack's list stays sorted
+        free[pb.type_of[hi]][inst.hosts[hi].rack].append(hi)
     jobs_of: list[set[int]] = []
     for col in tpls:
         jobs_of.append({pb.groups[gi].job for gi, _ in col.counts if pb.groups[gi].job >= 0})
@@ -177,15 +169,9 @@ def round_master(
     }
     if time.monotonic() >= deadline:
         return None
-    hosts = {
-        hi: _Host(hi, inst.hosts[hi].cores)
-        for hi, h in enumerate(inst.hosts)
-        if h.state == "up" and pb.type_of[hi] >= 0
-    }
-    group_of = {(g.job, g.cores, g.devil): gi for gi, g in enumerate(pb.groups)}
+    hosts = {hi: _Host(hi, inst.hosts[hi].cores) for hi in _usable(inst, pb)}
     members: dict[int, list[int]] = defaultdict(list)
-    for ci, c in enumerate(inst.containers):
-        gi = group_of.get((c.job, c.cores, c.devil), group_of.get((-1, c.cores, c.devil)))
+    for ci, gi in enumerate(chunks.container_groups(pb, inst)):
         if gi is None:
             return None
         members[gi].append(ci)
@@ -223,9 +209,7 @@ def round_master(
         for hi, gi, n in held:
             per_host[hi][gi] = per_host[hi].get(gi, 0) + n
         for hi, needs in per_host.items():
-            host = hosts.get(hi)
-            if host is None:
-                continue
+            host = hosts[hi]  # lay uses usable hosts only
             picked = _chunk(nbrs, left, group, needs, rank) if job >= 0 else _firsts(left, needs)
             for ci in picked:
                 _seat(inst, host, ci)
@@ -326,14 +310,12 @@ def _seat(inst: Instance, host: _Host, ci: int) -> None:
 
 def _stays_calm(inst: Instance, host: _Host, ci: int) -> bool:
     """Whether the host is calm with one more container ``ci`` (a devil)."""
-    c = inst.containers[ci]
-    if host.devils == 0:
-        return True
-    return host.devil_cores + c.cores <= inst.hosts[host.index].devil_tolerance
+    devil_cores = host.devil_cores + inst.containers[ci].cores
+    return not is_contended(host.devils + 1, devil_cores, inst.hosts[host.index].devil_tolerance)
 
 
 def _contended(inst: Instance, host: _Host) -> bool:
-    return host.devils >= 2 and host.devil_cores > inst.hosts[host.index].devil_tolerance
+    return is_contended(host.devils, host.devil_cores, inst.hosts[host.index].devil_tolerance)
 
 
 def _rest_host(inst: Instance, hosts: dict[int, _Host], ci: int, lagging: set[int]) -> int | None:

@@ -48,7 +48,7 @@ import numpy as np
 from ortools.linear_solver import pywraplp
 
 from clavis.instance import Assignment, Instance
-from clavis.objectives import Bounds, Weights
+from clavis.objectives import Bounds, Weights, is_contended
 from clavis.placement import shapes
 from clavis.placement.lower import (
     _capacities,
@@ -708,14 +708,20 @@ def _lagrangian(pb: ChunkProblem, du: _Duals, least: list[float]) -> float:
     return value
 
 
+def container_groups(pb: ChunkProblem, inst: Instance) -> list[int | None]:
+    """Per container, its group: its job's of its size and class, else the silent
+    turtles' of its size (None if the problem has neither)."""
+    key = {(g.job, g.cores, g.devil): gi for gi, g in enumerate(pb.groups)}
+    return [
+        key.get((c.job, c.cores, c.devil), key.get((-1, c.cores, c.devil))) for c in inst.containers
+    ]
+
+
 def columns_of(pb: ChunkProblem, inst: Instance, assignment: Assignment) -> list[ChunkColumn]:
     """The patterns of a placement's hosts, as columns of their types ([] if the
     placement uses a host the problem does not)."""
-    key = {(g.job, g.cores, g.devil): gi for gi, g in enumerate(pb.groups)}
     by_host: dict[int, Counter[int]] = defaultdict(Counter)
-    for ci, h in enumerate(assignment):
-        c = inst.containers[ci]
-        gi = key.get((c.job, c.cores, c.devil), key.get((-1, c.cores, c.devil)))
+    for gi, h in zip(container_groups(pb, inst), assignment, strict=True):
         if gi is None:
             return []
         by_host[h][gi] += 1
@@ -728,7 +734,7 @@ def columns_of(pb: ChunkProblem, inst: Instance, assignment: Assignment) -> list
         used = sum(pb.groups[gi].cores * n for gi, n in counts.items())
         devils = sum(n for gi, n in counts.items() if pb.groups[gi].devil)
         dc = sum(n * pb.groups[gi].cores for gi, n in counts.items() if pb.groups[gi].devil)
-        hot = devils >= 2 and dc > ht.tolerance
+        hot = is_contended(devils, dc, ht.tolerance)
         keep = dict(ht.keep)
         kept = sum(float(_kept(keep[gi], np.asarray(n))) for gi, n in counts.items() if gi in keep)
         watts = ht.switch_on + ht.slope * used

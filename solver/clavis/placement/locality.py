@@ -37,7 +37,7 @@ def order(inst: Instance, host_cores: int) -> list[int]:
         region = max(1, host_cores // sizes[len(sizes) // 2])
         slots = sorted(members)
         # The k-th container grown takes the k-th listed slot of its job.
-        for slot, m in zip(slots, _grow(slots, nbrs, region), strict=True):
+        for slot, m in zip(slots, grown(slots, nbrs, [region]), strict=True):
             key[m] = slot
     return key
 
@@ -54,20 +54,12 @@ def neighbours(inst: Instance) -> dict[int, list[tuple[int, float]]]:
 def grown(
     members: list[int], nbrs: dict[int, list[tuple[int, float]]], sizes: Sequence[int]
 ) -> list[int]:
-    """The members in region-growing order with regions of the given sizes, one after
-    the other (the last size repeats): the places a job holds, filled in this order, get
-    regions of their own sizes."""
-    return _grow(members, nbrs, sizes)
-
-
-def _grow(
-    members: list[int], nbrs: dict[int, list[tuple[int, float]]], region: int | Sequence[int]
-) -> list[int]:
-    """The members in region-growing order (module docstring), regions of ``region``
-    containers (or of each size in turn). Ties in traffic go to the container nearest
-    the region's first (hops inside the region): on a grid, equal gains would otherwise
-    follow the listing and grow a strip, not a block."""
-    sizes = [region] if isinstance(region, int) else [max(1, n) for n in region] or [1]
+    """The members in region-growing order (module docstring), regions of the given
+    sizes one after the other, the last size repeating: the places a job holds, filled
+    in this order, get regions of their own sizes. Ties in traffic go to the container
+    nearest the region's first (hops inside the region): on a grid, equal gains would
+    otherwise follow the listing and grow a strip, not a block."""
+    sizes = [max(1, n) for n in sizes] or [1]
     ends = set(itertools.accumulate(sizes))
     last, step = max(ends), sizes[-1]
     inside = set(members)
