@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -127,6 +128,22 @@ class Agents:
 
     def log(self, host: str) -> str:
         return (self.root / f"{host}.log").read_text(errors="replace")[-4000:]
+
+    def explain(self, doc: dict[str, Any], *hosts: str) -> str:
+        """Why a step ended as it did, in short lines (a CI summary folds long ones): its
+        state and message one event a line, the tails of the CRIU logs it names, then the
+        agents' logs."""
+        lines = [f"step {doc.get('step_id')}: {doc.get('state')}"]
+        message = str(doc.get("message", ""))
+        lines += [f"  {event}" for event in message.split("; ")]
+        for named in sorted(set(re.findall(r"see (/\S+\.log)", message))):
+            path = Path(named)
+            if path.is_file():
+                tail = path.read_text(errors="replace").splitlines()[-25:]
+                lines += [f"--- {named} (end)", *tail]
+        for host in hosts:
+            lines += [f"--- agent {host}", *self.log(host).splitlines()[-40:]]
+        return "\n".join(lines)
 
     def kill(self, host: str) -> None:
         """kill -9 of one agent (nsenter execs it: the PID is the agent's)."""

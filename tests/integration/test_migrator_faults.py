@@ -47,7 +47,7 @@ CORES = 3
 def _ends_on_source(
     a: Agents, testbed: dict[str, Any], doc: dict[str, Any], deadline_s: float = 300
 ) -> None:
-    assert doc["state"] == "rolled_back", (doc, a.log("r1h1"), a.log("r1h2"))
+    assert doc["state"] == "rolled_back", a.explain(doc, "r1h1", "r1h2")
     assert "rolled back: restored on r1h1" in doc["message"], doc
     assert running_on(testbed, NODE) == ["r1h1"]
     # the same step id again: its status, never a second run
@@ -164,7 +164,7 @@ def test_link_between_the_hosts_cut_mid_transfer(
         finally:
             _link("up")
         doc = a.wait("r1h1", "1:0")
-        assert doc["state"] == "done", (doc, a.log("r1h1"), a.log("r1h2"))
+        assert doc["state"] == "done", a.explain(doc, "r1h1", "r1h2")
         assert "(restarted after attempt 1:" in doc["message"], doc
         assert "committed: r1h1c2 runs on r1h2" in doc["message"], doc
         assert running_on(testbed, NODE) == ["r1h2"]
@@ -278,7 +278,7 @@ def test_link_cut_during_the_restore_is_fenced(
             doc = a.wait("r1h1", "1:0", timeout=120)
         finally:
             _link("up")
-        assert doc["state"] == "rolled_back", (doc, a.log("r1h1"), a.log("r1h2"))
+        assert doc["state"] == "rolled_back", a.explain(doc, "r1h1", "r1h2")
         m = doc["message"]
         assert "waiting for the target's fence" in m, m
         assert "target unreachable past its fence time: its copy is killed" in m, m

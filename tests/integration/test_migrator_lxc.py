@@ -63,7 +63,7 @@ def test_a_node_with_a_running_job_moves_within_its_rack_and_back(
     first = agents.send(step(testbed, (1, 0), NODE, "r1h1", "r1h2"))
     assert first["state"] in ("accepted", "running", "done"), first
     done = agents.wait("r1h1", "1:0")
-    assert done["state"] == "done", (done, agents.log("r1h1"), agents.log("r1h2"))
+    assert done["state"] == "done", agents.explain(done, "r1h1", "r1h2")
     assert "committed: r1h1c2 runs on r1h2" in done["message"]
     # verified beyond its processes: the restored slurmd answered over Slurm's protocol
     assert re.search(r"restored on r1h2 \(RUNNING, .*slurmd answered \(pid \d+\)", done["message"])
@@ -100,7 +100,7 @@ def test_a_node_with_a_running_job_moves_within_its_rack_and_back(
     # and home again, with the job still running or finished well
     agents.send(step(testbed, (3, 0), NODE, "r1h2", "r1h1"))
     home = agents.wait("r1h2", "3:0")
-    assert home["state"] == "done", (home, agents.log("r1h2"), agents.log("r1h1"))
+    assert home["state"] == "done", agents.explain(home, "r1h2", "r1h1")
     assert lxc_state(NODE, "r1h1") == "RUNNING"
     assert lxc_state(NODE, "r1h2") == "STOPPED"
     assert running_on(agents.testbed, NODE) == ["r1h1"]
@@ -134,7 +134,7 @@ def test_a_node_moves_to_another_rack_and_keeps_its_address(
         job, counter = start_job(testbed, NODE, 200)
         a.send(step(testbed, (1, 0), NODE, "r1h1", "r2h1"))
         done = a.wait("r1h1", "1:0")
-        assert done["state"] == "done", (done, a.log("r1h1"), a.log("r2h1"))
+        assert done["state"] == "done", a.explain(done, "r1h1", "r2h1")
         assert "network hook: 10.213.1.102 routed to rack 2" in done["message"], done
         assert lxc_state(NODE, "r2h1") == "RUNNING" and lxc_state(NODE, "r1h1") == "STOPPED"
         # the restored node's veth (a random MAC) joined r2h1's bridge: the host's MAC, the
@@ -156,7 +156,7 @@ def test_a_node_moves_to_another_rack_and_keeps_its_address(
 
         a.send(step(testbed, (2, 0), NODE, "r2h1", "r1h1"))
         home = a.wait("r2h1", "2:0")
-        assert home["state"] == "done", (home, a.log("r2h1"), a.log("r1h1"))
+        assert home["state"] == "done", a.explain(home, "r2h1", "r1h1")
         assert "10.213.1.102 at home in rack 1" in home["message"], home
         assert _bridge_mac("ctb-r2h1") == mac
         assert "dev c-r1" in tb.run(["ip", "-n", "ctb-core", "route", "get", "10.213.1.102"])
@@ -202,7 +202,7 @@ def test_a_restore_that_loses_the_jobs_tcp_connection_rolls_back(
 
         a.send(step(testbed, (1, 0), NODE, "r1h1", "r1h2"))
         doc = a.wait("r1h1", "1:0")
-        assert doc["state"] == "rolled_back", (doc, a.log("r1h1"), a.log("r1h2"))
+        assert doc["state"] == "rolled_back", a.explain(doc, "r1h1", "r1h2")
         m = doc["message"]
         assert "TCP connections not established after the restore: 10.213.1.102:" in m, m
         assert f"->{head}:{PEER_PORT} " in m, m

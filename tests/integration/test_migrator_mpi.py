@@ -81,7 +81,7 @@ def test_an_mpi_ring_runs_on_while_its_node_moves_to_the_other_rack(
 
         a.send(step(testbed, (1, 0), MOVED, "r1h1", "r2h1"))
         done = a.wait("r1h1", "1:0")
-        assert done["state"] == "done", (done, a.log("r1h1"), a.log("r2h1"))
+        assert done["state"] == "done", a.explain(done, "r1h1", "r2h1")
         assert "network hook: 10.213.1.102 routed to rack 2" in done["message"], done
         # verified: the ranks' connections were established again on the target (the
         # ranks talk to each other and to their proxies over TCP), and slurmd answered
@@ -123,7 +123,7 @@ def test_an_mpi_ring_runs_on_while_its_node_moves_to_the_other_rack(
         # and home again: still once, on its own host, the core's route back on rack 1
         a.send(step(testbed, (2, 0), MOVED, "r2h1", "r1h1"))
         home = a.wait("r2h1", "2:0")
-        assert home["state"] == "done", (home, a.log("r2h1"), a.log("r1h1"))
+        assert home["state"] == "done", a.explain(home, "r2h1", "r1h1")
         assert running_on(testbed, MOVED) == ["r1h1"]
         assert "dev c-r1" in tb.run(["ip", "-n", "ctb-core", "route", "get", "10.213.1.102"])
         no_images_left(a, ["r1h1", "r2h1"])

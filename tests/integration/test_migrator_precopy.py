@@ -84,7 +84,7 @@ def test_a_move_with_precopy_ships_rounds_and_the_container_runs_once(
 
     agents.send(step(testbed, (31, 0), NODE, "r1h1", "r1h2"))
     done = agents.wait("r1h1", "31:0")
-    assert done["state"] == "done", (done, agents.log("r1h1"), agents.log("r1h2"))
+    assert done["state"] == "done", agents.explain(done, "r1h1", "r1h2")
 
     # pre-copy happened and was reported: rounds, what they sent, the final stop only
     assert done["precopy_rounds"] >= 1, done["message"]
