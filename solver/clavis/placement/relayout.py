@@ -109,11 +109,11 @@ def improve(
     for comp in sets:
         if time.monotonic() >= deadline:
             break
-        _best_layout(inst, comp, host_of, k_c=k_c, k_m=k_m)
+        best_layout(inst, comp, host_of, k_c=k_c, k_m=k_m)
     return tuple(host_of)
 
 
-def _best_layout(
+def best_layout(
     inst: Instance, comp: Component, host_of: list[int], *, k_c: float, k_m: float
 ) -> None:
     """The set dealt in each of its shape's orders from where it is now; the one with

@@ -1,0 +1,159 @@
+"""Bring a job's stray containers into the rack it talks to, by trading places (issue 12).
+
+A job that does not fit one rack beside the others ends up in a main part and a few
+fragments: on the 60 s answer of the realistic 1,024-host snapshot (seed 2, weights
+2,3,4) a 16 x 8 stencil of 8-core containers sat 81, 33, 7, 5 and 2 to a rack and sent
+15% of its bytes across racks, at four times the cost of a same-rack link. No single
+move or swap (exchange.py) gathers a fragment: a container that leaves it for the main
+rack leaves its neighbours in the fragment behind, and pays for that as much as it
+saves. regroup.py trades whole host contents, which a fragment sharing its hosts with
+other jobs does not fill.
+
+So a fragment trades places as a whole: each of its containers swaps with a container
+of another job in the rack it talks to most, one of the same cores and class (so every
+host keeps its load and whether it contends: P stays; D only through which jobs lag),
+the one whose own traffic loses least by the trade. F's change is summed exactly over
+the swaps by exchange.State; the best prefix of the fragment's swaps is kept if it
+lowers F, else every swap is stepped back.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, defaultdict
+
+from clavis.instance import Assignment, Instance
+from clavis.placement.exchange import GAIN, State
+from clavis.placement.lower import Component, components
+from clavis.placement.relayout import best_layout
+
+FRAGMENT_MOST = 24  # containers of a job in one rack that still count as a fragment
+PARTNERS_TRIED = 64  # containers of the target rack priced for each swap, at most
+MAX_FRAGMENTS = 2_000  # fragments tried per call at most, whatever the time limit
+
+
+def gather_fragments(
+    inst: Instance,
+    assignment: Assignment,
+    *,
+    k: tuple[float, float, float, float],
+    deadline: float,
+) -> Assignment:
+    """``assignment`` with job fragments traded into the racks they talk to, where that
+    lowers F, until the deadline (an unchanged copy when nothing pays)."""
+    if inst.cross_rack_cost <= inst.same_rack_cost or k[2] <= 0:
+        return tuple(assignment)
+    if len({h.rack for h in inst.hosts}) < 2:
+        return tuple(assignment)
+    st = State(inst, assignment, k)
+    with_uniform = {m for u in inst.uniform for m in u.members}
+    shaped: defaultdict[int, list[Component]] = defaultdict(list)
+    for comp in components(inst):
+        if comp.shape is not None and not any(c in with_uniform for c in comp.members):
+            shaped[comp.job].append(comp)
+    for tried, (job, rack) in enumerate(_fragments(inst, st)):
+        if tried >= MAX_FRAGMENTS or time.monotonic() >= deadline:
+            break
+        _trade(inst, st, job, rack, shaped.get(job, []))
+    return tuple(st.host_of)
+
+
+def _fragments(inst: Instance, st: State) -> list[tuple[int, int]]:
+    """(job, rack) of every fragment: a rack holding at most FRAGMENT_MOST of a talking
+    job's containers and fewer than another rack does; jobs with most cross-rack bytes
+    first, a job's smallest fragments first."""
+    members: defaultdict[int, list[int]] = defaultdict(list)
+    for ci, c in enumerate(inst.containers):
+        if st.partners[ci] or st.entries[ci]:
+            members[c.job].append(ci)
+    crossing: defaultdict[int, float] = defaultdict(float)
+    for f in inst.flows:
+        if st.rack[st.host_of[f.a]] != st.rack[st.host_of[f.b]]:
+            crossing[inst.containers[f.a].job] += f.bytes_per_s
+    for u in inst.uniform:
+        racks = Counter(st.rack[st.host_of[m]] for m in u.members)
+        n = len(u.members)
+        pairs_in = sum(x * (x - 1) // 2 for x in racks.values())
+        crossing[inst.containers[u.members[0]].job] += u.bytes_per_s * (n * (n - 1) // 2 - pairs_in)
+    out = []
+    for job in sorted(crossing, key=lambda j: (-crossing[j], j)):
+        per_rack = Counter(st.rack[st.host_of[ci]] for ci in members[job])
+        if len(per_rack) < 2:
+            continue
+        most = max(per_rack.values())
+        small = [r for r, n in per_rack.items() if n <= FRAGMENT_MOST and n < most]
+        out += [(job, r) for r in sorted(small, key=lambda r: (per_rack[r], r))]
+    return out
+
+
+def _toward(st: State, fragment: list[int], rack: int) -> int | None:
+    """The rack other than ``rack`` the fragment's traffic goes to most (None: none)."""
+    weight: defaultdict[int, float] = defaultdict(float)
+    for ci in fragment:
+        for d, b in st.partners[ci]:
+            weight[st.rack[st.host_of[d]]] += b
+        for ui in st.entries[ci]:
+            b = st.inst.uniform[ui].bytes_per_s
+            for r, n in st.per_rack[ui].items():
+                weight[r] += b * n
+    weight.pop(rack, None)
+    best = max(weight.items(), key=lambda rw: (rw[1], -rw[0]), default=None)
+    return None if best is None or best[1] <= 0 else best[0]
+
+
+def _trade(inst: Instance, st: State, job: int, rack: int, shaped: list[Component]) -> None:
+    """Swap the job's containers in ``rack`` with containers of other jobs, alike in
+    cores and class, in the rack they talk to most. Kept: all the swaps with the job's
+    rings and grids dealt anew over its new places (relayout.py: a fragment moved in
+    pays only once its neighbours are dealt beside it), or else the best prefix of the
+    swaps alone, whichever lowers F more; nothing if neither lowers it."""
+    fragment = [ci for hi in st.in_rack[rack] for ci in st.on[hi] if inst.containers[ci].job == job]
+    target = _toward(st, fragment, rack)
+    if target is None:
+        return
+
+    def pull(ci: int) -> float:
+        return sum(b for d, b in st.partners[ci] if st.rack[st.host_of[d]] == target)
+
+    fragment.sort(key=lambda ci: -pull(ci))  # those that talk to the target most first
+    pool: defaultdict[tuple[int, bool], list[int]] = defaultdict(list)
+    for hi in st.in_rack[target]:
+        for ci in st.on[hi]:
+            c = inst.containers[ci]
+            if c.job != job:
+                pool[(c.cores, c.devil)].append(ci)
+    steps: list[tuple[int, int]] = []  # (container, the host it left), in order
+    total, best, best_at = 0.0, 0.0, 0
+    for ci in fragment:
+        c = inst.containers[ci]
+        kind = pool.get((c.cores, c.devil))
+        if not kind:
+            continue
+        here = st.host_of[ci]
+        partner = min(kind[:PARTNERS_TRIED], key=lambda d: _leaving(st, d, here))
+        kind.remove(partner)
+        there = st.host_of[partner]
+        total += st.step(ci, there)
+        total += st.step(partner, here)
+        steps += [(ci, here), (partner, there)]
+        if total < best - GAIN:
+            best, best_at = total, len(steps)
+    swapped = len(steps)
+    for comp in shaped:
+        host_of = list(st.host_of)
+        best_layout(inst, comp, host_of, k_c=st.k_c, k_m=st.k_m)
+        for ci in comp.members:
+            if host_of[ci] != st.host_of[ci]:
+                steps.append((ci, st.host_of[ci]))
+                total += st.step(ci, host_of[ci])
+    keep = len(steps) if total < best - GAIN else best_at
+    if keep < swapped:  # the relaid steps go back first, then the swaps past the prefix
+        keep = best_at
+    for ci, frm in reversed(steps[keep:]):
+        st.step(ci, frm)
+
+
+def _leaving(st: State, ci: int, to: int) -> float:
+    """What container ci's traffic and moved bytes cost more if it moved to host ``to``
+    (weighted, as F counts them)."""
+    return st.k_c * st.traffic_change(ci, to) + st.k_m * st.moved_change(ci, to)
