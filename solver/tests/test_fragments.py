@@ -8,8 +8,8 @@ from typing import Any
 from conftest import container, host, instance
 from test_gather import never_worse, realistic_starts
 
-from clavis.instance import Assignment, Instance
-from clavis.objectives import Weights, bounds, evaluate, host_loads, is_contended
+from clavis.instance import Instance
+from clavis.objectives import Weights, bounds, evaluate, host_loads
 from clavis.placement.exchange import exchange
 from clavis.placement.fragments import gather_fragments
 
@@ -63,20 +63,7 @@ def test_nothing_is_traded_when_the_racks_cost_alike_or_the_deadline_has_passed(
     assert gather_fragments(flat, STRAY, k=k, deadline=time.monotonic() + 5) == STRAY
 
 
-def _contended(inst: Instance, placed: Assignment) -> list[bool]:
-    devils = [0] * len(inst.hosts)
-    devil_cores = [0] * len(inst.hosts)
-    for c, hi in zip(inst.containers, placed, strict=True):
-        if c.devil:
-            devils[hi] += 1
-            devil_cores[hi] += c.cores
-    return [
-        is_contended(n, dc, h.devil_tolerance)
-        for n, dc, h in zip(devils, devil_cores, inst.hosts, strict=True)
-    ]
-
-
-def test_on_realistic_starts_it_never_raises_f_and_keeps_every_host_as_it_was() -> None:
+def test_on_realistic_starts_it_never_raises_f_and_keeps_every_hosts_load() -> None:
     lowered = 0
     for inst, starts in realistic_starts():
         for w in (Weights(1, 1, 1, 1), Weights(2, 3, 4, 0), Weights(6, 5, 7, 9)):
@@ -84,8 +71,6 @@ def test_on_realistic_starts_it_never_raises_f_and_keeps_every_host_as_it_was() 
             for start in starts:
                 after = gather_fragments(inst, start, k=k, deadline=time.monotonic() + 10)
                 lowered += never_worse(inst, w, start, after)
-                # swaps of alike containers: each host keeps its load and whether it
-                # contends (what moves is which jobs sit where)
+                # swaps of containers of equal cores: each host keeps its load
                 assert host_loads(inst, after) == host_loads(inst, start)
-                assert _contended(inst, after) == _contended(inst, start)
     assert lowered >= 10, lowered

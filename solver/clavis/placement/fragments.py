@@ -10,11 +10,16 @@ saves. regroup.py trades whole host contents, which a fragment sharing its hosts
 other jobs does not fill.
 
 So a fragment trades places as a whole: each of its containers swaps with a container
-of another job in the rack it talks to most, one of the same cores and class (so every
-host keeps its load and whether it contends: P stays; D only through which jobs lag),
+of another job in the rack it talks to most, one of the same cores (every host keeps its
+load: P stays) and of its class where the rack has one (then every host also keeps
+whether it contends; D changes only through which jobs lag), silent ones first, else
 the one whose own traffic loses least by the trade. F's change is summed exactly over
-the swaps by exchange.State; the best prefix of the fragment's swaps is kept if it
-lowers F, else every swap is stepped back.
+the swaps by exchange.State. Kept: the swaps with the job's rings and grids dealt anew
+over its new places, or the best prefix of the swaps alone, whichever lowers F more.
+
+On the 60 s answer of seed 4 (weights 6,5,7) F goes from 0.30138 to 0.30085 in 0.1 s;
+seed 2's stencil stays as it was: its stray containers are devils, and a devil that
+takes a turtle's place in the main rack would make the host contend.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from clavis.placement.relayout import best_layout
 FRAGMENT_MOST = 24  # containers of a job in one rack that still count as a fragment
 PARTNERS_TRIED = 64  # containers of the target rack priced for each swap, at most
 MAX_FRAGMENTS = 2_000  # fragments tried per call at most, whatever the time limit
+PASSES = 4  # passes over the fragments at most
 
 
 def gather_fragments(
@@ -51,10 +57,16 @@ def gather_fragments(
     for comp in components(inst):
         if comp.shape is not None and not any(c in with_uniform for c in comp.members):
             shaped[comp.job].append(comp)
-    for tried, (job, rack) in enumerate(_fragments(inst, st)):
-        if tried >= MAX_FRAGMENTS or time.monotonic() >= deadline:
+    tried = 0
+    for _ in range(PASSES):  # a trade may leave or make fragments of other jobs
+        before = list(st.host_of)
+        for job, rack in _fragments(inst, st):
+            if tried >= MAX_FRAGMENTS or time.monotonic() >= deadline:
+                return tuple(st.host_of)
+            tried += 1
+            _trade(inst, st, job, rack, shaped.get(job, []))
+        if st.host_of == before:
             break
-        _trade(inst, st, job, rack, shaped.get(job, []))
     return tuple(st.host_of)
 
 
@@ -102,11 +114,11 @@ def _toward(st: State, fragment: list[int], rack: int) -> int | None:
 
 
 def _trade(inst: Instance, st: State, job: int, rack: int, shaped: list[Component]) -> None:
-    """Swap the job's containers in ``rack`` with containers of other jobs, alike in
-    cores and class, in the rack they talk to most. Kept: all the swaps with the job's
-    rings and grids dealt anew over its new places (relayout.py: a fragment moved in
-    pays only once its neighbours are dealt beside it), or else the best prefix of the
-    swaps alone, whichever lowers F more; nothing if neither lowers it."""
+    """Swap the job's containers in ``rack`` with containers of other jobs of their
+    cores (of their class where there are) in the rack they talk to most. Kept: all the
+    swaps with the job's rings and grids dealt anew over its new places (relayout.py: a
+    fragment moved in pays only once its neighbours are dealt beside it), or else the
+    best prefix of the swaps alone, whichever lowers F more; nothing if neither does."""
     fragment = [ci for hi in st.in_rack[rack] for ci in st.on[hi] if inst.containers[ci].job == job]
     target = _toward(st, fragment, rack)
     if target is None:
@@ -122,23 +134,27 @@ def _trade(inst: Instance, st: State, job: int, rack: int, shaped: list[Componen
             c = inst.containers[ci]
             if c.job != job:
                 pool[(c.cores, c.devil)].append(ci)
+    for kind in pool.values():  # silent ones first: they lose nothing by the trade
+        kind.sort(key=lambda ci: (bool(st.partners[ci] or st.entries[ci]), ci))
     steps: list[tuple[int, int]] = []  # (container, the host it left), in order
     total, best, best_at = 0.0, 0.0, 0
     for ci in fragment:
         c = inst.containers[ci]
-        kind = pool.get((c.cores, c.devil))
-        if not kind:
-            continue
         here = st.host_of[ci]
-        partner = min(kind[:PARTNERS_TRIED], key=lambda d: _leaving(st, d, here))
-        kind.remove(partner)
+        # one of its own class, else of the other (a lone devil for a turtle leaves
+        # both hosts calm; where it does not, F says so through D)
+        alike, other = pool.get((c.cores, c.devil), []), pool.get((c.cores, not c.devil), [])
+        offered = alike[:PARTNERS_TRIED] or other[:PARTNERS_TRIED]
+        if not offered:
+            continue
+        partner = min(offered, key=lambda d: _leaving(st, d, here))
+        (alike if alike else other).remove(partner)
         there = st.host_of[partner]
         total += st.step(ci, there)
         total += st.step(partner, here)
         steps += [(ci, here), (partner, there)]
         if total < best - GAIN:
             best, best_at = total, len(steps)
-    swapped = len(steps)
     for comp in shaped:
         host_of = list(st.host_of)
         best_layout(inst, comp, host_of, k_c=st.k_c, k_m=st.k_m)
@@ -147,8 +163,6 @@ def _trade(inst: Instance, st: State, job: int, rack: int, shaped: list[Componen
                 steps.append((ci, st.host_of[ci]))
                 total += st.step(ci, host_of[ci])
     keep = len(steps) if total < best - GAIN else best_at
-    if keep < swapped:  # the relaid steps go back first, then the swaps past the prefix
-        keep = best_at
     for ci, frm in reversed(steps[keep:]):
         st.step(ci, frm)
 
