@@ -29,8 +29,8 @@ from collections import Counter, defaultdict
 
 from clavis.instance import Assignment, Instance
 from clavis.placement.exchange import GAIN, State
-from clavis.placement.lower import Component, components
-from clavis.placement.relayout import best_layout
+from clavis.placement.lower import Component
+from clavis.placement.relayout import best_layout, dealt_sets
 
 FRAGMENT_MOST = 24  # containers of a job in one rack that still count as a fragment
 PARTNERS_TRIED = 64  # containers of the target rack priced for each swap, at most
@@ -52,11 +52,9 @@ def gather_fragments(
     if len({h.rack for h in inst.hosts}) < 2:
         return tuple(assignment)
     st = State(inst, assignment, k)
-    with_uniform = {m for u in inst.uniform for m in u.members}
     shaped: defaultdict[int, list[Component]] = defaultdict(list)
-    for comp in components(inst):
-        if comp.shape is not None and not any(c in with_uniform for c in comp.members):
-            shaped[comp.job].append(comp)
+    for comp in dealt_sets(inst):
+        shaped[comp.job].append(comp)
     tried = 0
     for _ in range(PASSES):  # a trade may leave or make fragments of other jobs
         before = list(st.host_of)

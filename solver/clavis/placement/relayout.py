@@ -86,6 +86,19 @@ def deal(
     return dealt
 
 
+def dealt_sets(inst: Instance) -> list[Component]:
+    """The sets this module deals: rings and grids with an order, no member of which
+    is in an all-to-all entry (their C is not the set's alone)."""
+    with_uniform = {m for u in inst.uniform for m in u.members}
+    return [
+        comp
+        for comp in components(inst)
+        if comp.shape is not None
+        and comp.shape.order
+        and not any(c in with_uniform for c in comp.members)
+    ]
+
+
 def improve(
     inst: Instance,
     assignment: Assignment,
@@ -96,15 +109,8 @@ def improve(
 ) -> Assignment:
     """Every ring and grid set dealt anew where the weighted C + M drops, heaviest sets
     first, until done or the deadline."""
-    with_uniform = {m for u in inst.uniform for m in u.members}
     host_of = list(assignment)
-    sets = [
-        comp
-        for comp in components(inst)
-        if comp.shape is not None
-        and comp.shape.order
-        and not any(c in with_uniform for c in comp.members)
-    ]
+    sets = dealt_sets(inst)
     sets.sort(key=lambda comp: -sum(comp.pairs))
     for comp in sets:
         if time.monotonic() >= deadline:
